@@ -1,0 +1,239 @@
+"""In-process OpenTelemetry exporter into a run store, and the one-call set-up helper.
+
+``StoreSpanExporter`` is a stock OTel ``SpanExporter``: the BatchSpanProcessor's worker thread
+hands it finished spans, it encodes them into a ``RowBatch`` and queues that on the store's
+writer. It never raises into the observed process: anything it cannot write is counted
+(``dropped_spans``) and logged once per burst.
+
+``instrument()`` installs a TracerProvider whose BatchSpanProcessor is sized for 20k spans/s
+without drops (the SDK defaults — a 2,048-span queue exported every 5 s — drop about a quarter
+of the spans at that rate).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, Span, TracerProvider
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
+
+from rolloutscope.collectors.store.errors import QueueFullError
+from rolloutscope.collectors.store.rows import RowBatch, attributes_json
+from rolloutscope.collectors.store.store import RunStore
+from rolloutscope.collectors.vocabulary import Attr, ResourceAttr
+
+log = logging.getLogger(__name__)
+
+# BatchSpanProcessor sizing that keeps up with 20k spans/s in one process (see the benchmark
+# benchmarks/bench_exporter.py). Each is overridable through the SDK's own variables.
+ENV_BSP_MAX_QUEUE_SIZE = "OTEL_BSP_MAX_QUEUE_SIZE"
+ENV_BSP_SCHEDULE_DELAY = "OTEL_BSP_SCHEDULE_DELAY"
+ENV_BSP_MAX_EXPORT_BATCH_SIZE = "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"
+DEFAULT_MAX_QUEUE_SIZE = 262_144
+DEFAULT_SCHEDULE_DELAY_MS = 100
+DEFAULT_MAX_EXPORT_BATCH_SIZE = 8_192
+
+
+def _hex_trace(value: int) -> str:
+    return format(value, "032x")
+
+
+def _hex_span(value: int) -> str:
+    return format(value, "016x")
+
+
+class SpanEncoder:
+    """Pure encoding of SDK spans into a RowBatch; caches each Resource's JSON."""
+
+    def __init__(self) -> None:
+        self._resources: dict[int, tuple[Resource, str | None, str | None, str | None]] = {}
+
+    def _resource(self, resource: Resource) -> tuple[str | None, str | None, str | None]:
+        cached = self._resources.get(id(resource))
+        if cached is None or cached[0] is not resource:
+            attrs = resource.attributes
+            cached = (resource, attributes_json(attrs), attrs.get(ResourceAttr.SERVICE_NAME),
+                      attrs.get(ResourceAttr.RUN_ID))
+            if len(self._resources) > 1024:
+                self._resources.clear()
+            self._resources[id(resource)] = cached
+        return cached[1], cached[2], cached[3]
+
+    def encode(self, spans: Sequence[ReadableSpan], batch: RowBatch | None = None) -> RowBatch:
+        batch = RowBatch() if batch is None else batch
+        add = batch.add_span
+        for span in spans:
+            ctx = span.context
+            parent = span.parent
+            resource_json, service, run_id = self._resource(span.resource)
+            status = span.status
+            scope = span.instrumentation_scope
+            add(
+                run_id=run_id,
+                trace_id=_hex_trace(ctx.trace_id),
+                span_id=_hex_span(ctx.span_id),
+                parent_span_id=_hex_span(parent.span_id) if parent is not None else None,
+                name=span.name,
+                kind=span.kind.name,
+                service=service,
+                start_ns=span.start_time,
+                end_ns=span.end_time,
+                status_code=status.status_code.name,
+                status_message=status.description,
+                attributes=span.attributes or {},
+                resource_json=resource_json,
+                scope=scope.name if scope is not None else None,
+                events=[(e.name, e.timestamp, e.attributes) for e in span.events]
+                if span.events else (),
+                links=[(_hex_trace(lk.context.trace_id), _hex_span(lk.context.span_id),
+                        lk.attributes) for lk in span.links] if span.links else (),
+            )
+        return batch
+
+
+class StoreSpanExporter(SpanExporter):
+    """Exports finished spans into a RunStore through its writer."""
+
+    def __init__(self, store: RunStore, *, submit_timeout_s: float = 5.0) -> None:
+        self._store = store
+        self._writer = store.writer()
+        self._encoder = SpanEncoder()
+        self._submit_timeout_s = submit_timeout_s
+        self._lock = threading.Lock()
+        self.exported_spans = 0
+        self.dropped_spans = 0
+        self._last_warning = 0.0
+        self._shutdown = False
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self._shutdown:
+            self._count_drop(len(spans), "exporter is shut down")
+            return SpanExportResult.FAILURE
+        try:
+            batch = self._encoder.encode(spans)
+            self._writer.submit(batch, block=True, timeout=self._submit_timeout_s)
+        except QueueFullError as exc:
+            self._count_drop(len(spans), str(exc))
+            return SpanExportResult.FAILURE
+        except Exception as exc:  # noqa: BLE001 - never raise into the observed process
+            self._count_drop(len(spans), f"{type(exc).__name__}: {exc}")
+            return SpanExportResult.FAILURE
+        with self._lock:
+            self.exported_spans += len(spans)
+        return SpanExportResult.SUCCESS
+
+    def _count_drop(self, n: int, why: str) -> None:
+        with self._lock:
+            self.dropped_spans += n
+            now = time.monotonic()
+            if now - self._last_warning < 10.0:
+                return
+            self._last_warning = now
+        log.warning("rolloutscope exporter could not write %d span(s) (%d so far): %s",
+                    n, self.dropped_spans, why)
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        try:
+            return self._writer.flush(timeout_millis / 1000.0)
+        except Exception:  # noqa: BLE001
+            return False
+
+    def shutdown(self) -> None:
+        self.force_flush()
+        self._shutdown = True
+
+
+@dataclass
+class Instrumentation:
+    """What ``instrument()`` installed; ``shutdown()`` flushes everything into the store."""
+
+    provider: TracerProvider
+    exporter: StoreSpanExporter
+    processor: BatchSpanProcessor
+    store: RunStore
+    owns_store: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def tracer(self, name: str = "rolloutscope") -> trace.Tracer:
+        return self.provider.get_tracer(name)
+
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        """Export every ended span and wait until the store has committed it."""
+        # the SDK's processor flush exports its queue but does not flush the exporter
+        return (self.provider.force_flush(int(timeout_s * 1000))
+                and self.exporter.force_flush(int(timeout_s * 1000)))
+
+    def shutdown(self) -> None:
+        self.provider.shutdown()
+        self.exporter.force_flush()
+        if self.owns_store:
+            self.store.close()
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    try:
+        return int(raw) if raw else default
+    except ValueError:
+        log.warning("ignoring %s=%r: not an integer", name, raw)
+        return default
+
+
+def instrument(
+    store: RunStore | str | Path, *, service_name: str, run_id: str | None = None,
+    resource_attributes: Mapping[str, Any] | None = None, set_global: bool = False,
+) -> Instrumentation:
+    """Install a TracerProvider that writes into ``store`` (a RunStore or a path)."""
+    owns = not isinstance(store, RunStore)
+    run_store = RunStore(store) if owns else store
+    attrs: dict[str, Any] = {ResourceAttr.SERVICE_NAME: service_name}
+    if run_id is not None:
+        attrs[ResourceAttr.RUN_ID] = run_id
+    attrs.update(resource_attributes or {})
+    provider = TracerProvider(resource=Resource.create(attrs))
+    exporter = StoreSpanExporter(run_store)
+    processor = BatchSpanProcessor(
+        exporter,
+        max_queue_size=_env_int(ENV_BSP_MAX_QUEUE_SIZE, DEFAULT_MAX_QUEUE_SIZE),
+        schedule_delay_millis=_env_int(ENV_BSP_SCHEDULE_DELAY, DEFAULT_SCHEDULE_DELAY_MS),
+        max_export_batch_size=_env_int(ENV_BSP_MAX_EXPORT_BATCH_SIZE,
+                                       DEFAULT_MAX_EXPORT_BATCH_SIZE),
+    )
+    provider.add_span_processor(processor)
+    if set_global:
+        trace.set_tracer_provider(provider)
+    return Instrumentation(provider=provider, exporter=exporter, processor=processor,
+                           store=run_store, owns_store=owns)
+
+
+def emit_open_marker(tracer: trace.Tracer, span: Span) -> None:
+    """Make an interval visible before it ends.
+
+    OTel exports a span only when it ends, but live views need intervals that are still open (a
+    rollout parked right now, a shard's current state). This emits a zero-length marker span
+    carrying the open span's name, parent, start and attributes plus ``Attr.OPEN_MARKER_FOR``
+    (the open span's id); the store files it under that id with no end, and drops it when the
+    real span arrives.
+    """
+    ctx = span.get_span_context()
+    attrs = dict(span.attributes or {})
+    attrs[Attr.OPEN_MARKER_FOR] = _hex_span(ctx.span_id)
+    if span.parent is not None:
+        attrs[Attr.OPEN_MARKER_PARENT] = _hex_span(span.parent.span_id)
+    # a child of the open span, so that it shares its trace id whatever the parent
+    marker = tracer.start_span(span.name, context=trace.set_span_in_context(span),
+                               kind=span.kind, attributes=attrs, start_time=span.start_time)
+    marker.end(end_time=span.start_time)

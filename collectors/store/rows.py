@@ -1,0 +1,198 @@
+"""Column batches: the one shape in which data reaches the store's writer.
+
+Pure encoding, no I/O. The in-process exporter (OTel SDK spans), the OTLP receiver (protobuf /
+JSON) and the importers (logs, metrics files) all fill a ``RowBatch``; the writer turns each
+table's columns into one Arrow table per commit. Promotion of hot attributes to real columns
+happens here and only here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from rolloutscope.collectors.store.schema import ARROW_SCHEMAS, COLUMNS
+from rolloutscope.collectors.vocabulary import Attr
+
+_dumps = orjson.dumps
+
+
+def attributes_json(attributes: Mapping[str, Any] | None) -> str | None:
+    """JSON text of an attribute mapping (tuples become arrays; non-finite floats become null)."""
+    if not attributes:
+        return None
+    try:
+        return _dumps(attributes, option=orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:
+        # bytes or other non-JSON values (OTLP bytes / kvlist from a receiver): stringify them
+        return _dumps({str(k): _jsonable(v) for k, v in attributes.items()}).decode()
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):
+        return value.hex()
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
+
+
+def _int_or_none(value: Any) -> int | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def promoted(attrs: Mapping[str, Any]) -> tuple[Any, Any, Any, Any, Any, Any]:
+    """(rollout_id, attempt, prompt_idx, checkpoint_id, participant_kind, shard_idx)."""
+    get = attrs.get
+    rollout_id = get(Attr.ROLLOUT_ID)
+    if rollout_id is None:
+        rollout_id = get(Attr.EPISODE_ROLLOUT_ID)
+    attempt = get(Attr.RL_ATTEMPT)
+    if attempt is None:
+        attempt = get(Attr.EPISODE_ATTEMPT)
+    return (
+        None if rollout_id is None else str(rollout_id),
+        _int_or_none(attempt),
+        _int_or_none(get(Attr.PROMPT_IDX)),
+        get(Attr.CHECKPOINT_ID),
+        get(Attr.CK_PARTICIPANT_KIND),
+        _int_or_none(get(Attr.SHARD_IDX)),
+    )
+
+
+class RowBatch:
+    """Rows for several tables, column-major. Not thread-safe; hand it to the writer whole."""
+
+    __slots__ = ("columns", "rows")
+
+    def __init__(self) -> None:
+        self.columns: dict[str, dict[str, list[Any]]] = {}
+        self.rows = 0
+
+    def _table(self, table: str) -> dict[str, list[Any]]:
+        cols = self.columns.get(table)
+        if cols is None:
+            cols = self.columns[table] = {c: [] for c in COLUMNS[table]}
+        return cols
+
+    def add_span(
+        self, *, run_id: str | None, trace_id: str, span_id: str, parent_span_id: str | None,
+        name: str, kind: str, service: str | None, start_ns: int, end_ns: int | None,
+        status_code: str, status_message: str | None, attributes: Mapping[str, Any],
+        resource_json: str | None, scope: str | None,
+        events: Iterable[tuple[str, int, Mapping[str, Any]]] = (),
+        links: Iterable[tuple[str, str, Mapping[str, Any]]] = (),
+    ) -> None:
+        """One span. A span carrying ``Attr.OPEN_MARKER_FOR`` is the start marker of the span
+        whose id it names, and lands in ``open_spans`` under that id with no end."""
+        rollout_id, attempt, prompt_idx, checkpoint_id, participant_kind, shard_idx = promoted(
+            attributes)
+        run_id = attributes.get(Attr.RUN_ID, run_id)
+        marker_for = attributes.get(Attr.OPEN_MARKER_FOR)
+        if marker_for is not None:
+            table, span_id, end_ns = "open_spans", str(marker_for), None
+            parent_span_id = attributes.get(Attr.OPEN_MARKER_PARENT)
+            attributes = {k: v for k, v in attributes.items()
+                          if k not in (Attr.OPEN_MARKER_FOR, Attr.OPEN_MARKER_PARENT)}
+        else:
+            table = "spans"
+        cols = self._table(table)
+        cols["run_id"].append(run_id)
+        cols["trace_id"].append(trace_id)
+        cols["span_id"].append(span_id)
+        cols["parent_span_id"].append(parent_span_id)
+        cols["name"].append(name)
+        cols["kind"].append(kind)
+        cols["service"].append(service)
+        cols["start_ns"].append(start_ns)
+        cols["end_ns"].append(end_ns)
+        cols["status_code"].append(status_code)
+        cols["status_message"].append(status_message)
+        cols["rollout_id"].append(rollout_id)
+        cols["attempt"].append(attempt)
+        cols["prompt_idx"].append(prompt_idx)
+        cols["checkpoint_id"].append(checkpoint_id)
+        cols["participant_kind"].append(participant_kind)
+        cols["shard_idx"].append(shard_idx)
+        cols["attributes"].append(attributes_json(attributes))
+        cols["resource"].append(resource_json)
+        cols["scope"].append(scope)
+        self.rows += 1
+        if marker_for is not None:
+            return  # a marker's events and links arrive with the finished span
+        for ev_name, ts_ns, ev_attrs in events:
+            self.add_event(run_id=run_id, trace_id=trace_id, span_id=span_id, span_name=name,
+                           name=ev_name, ts_ns=ts_ns, attributes=ev_attrs,
+                           inherited=(rollout_id, attempt, prompt_idx, checkpoint_id, shard_idx))
+        for linked_trace, linked_span, link_attrs in links:
+            lcols = self._table("span_links")
+            lcols["run_id"].append(run_id)
+            lcols["trace_id"].append(trace_id)
+            lcols["span_id"].append(span_id)
+            lcols["linked_trace_id"].append(linked_trace)
+            lcols["linked_span_id"].append(linked_span)
+            lcols["attributes"].append(attributes_json(link_attrs))
+            self.rows += 1
+
+    def add_event(
+        self, *, run_id: str | None, trace_id: str, span_id: str, span_name: str, name: str,
+        ts_ns: int, attributes: Mapping[str, Any] | None,
+        inherited: tuple[Any, Any, Any, Any, Any] = (None, None, None, None, None),
+    ) -> None:
+        """One span event; join keys come from the event's own attributes, else its span's."""
+        rollout_id, attempt, prompt_idx, checkpoint_id, shard_idx = inherited
+        if attributes:
+            e_rollout, e_attempt, e_prompt, e_ck, _, e_shard = promoted(attributes)
+            rollout_id = e_rollout if e_rollout is not None else rollout_id
+            attempt = e_attempt if e_attempt is not None else attempt
+            prompt_idx = e_prompt if e_prompt is not None else prompt_idx
+            checkpoint_id = e_ck if e_ck is not None else checkpoint_id
+            shard_idx = e_shard if e_shard is not None else shard_idx
+        cols = self._table("span_events")
+        cols["run_id"].append(run_id)
+        cols["trace_id"].append(trace_id)
+        cols["span_id"].append(span_id)
+        cols["span_name"].append(span_name)
+        cols["name"].append(name)
+        cols["ts_ns"].append(ts_ns)
+        cols["rollout_id"].append(rollout_id)
+        cols["attempt"].append(attempt)
+        cols["prompt_idx"].append(prompt_idx)
+        cols["checkpoint_id"].append(checkpoint_id)
+        cols["shard_idx"].append(shard_idx)
+        cols["attributes"].append(attributes_json(attributes))
+        self.rows += 1
+
+    def add_row(self, table: str, **values: Any) -> None:
+        """A metric or log row (or any batch table), by column name; missing columns are NULL."""
+        cols = self._table(table)
+        unknown = set(values) - set(cols)
+        if unknown:
+            raise ValueError(f"unknown column(s) for table {table!r}: {sorted(unknown)}")
+        for col, values_list in cols.items():
+            values_list.append(values.get(col))
+        self.rows += 1
+
+    def extend(self, other: RowBatch) -> None:
+        for table, ocols in other.columns.items():
+            cols = self._table(table)
+            for col, values in ocols.items():
+                cols[col].extend(values)
+        self.rows += other.rows
+
+    def arrow(self, table: str) -> pa.Table | None:
+        cols = self.columns.get(table)
+        if not cols or not next(iter(cols.values())):
+            return None
+        return pa.Table.from_pydict(cols, schema=ARROW_SCHEMAS[table])

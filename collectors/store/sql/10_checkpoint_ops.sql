@@ -1,0 +1,41 @@
+-- checkpoint_ops: one row per checkpoint operation of a participant (gym.checkpoint.<op>) or of
+-- the controller's coordinator (gym.checkpoint.coordinate.<op>, participant_kind 'controller').
+-- Source: the draft checkpoint telemetry (DOMAIN.md §6.4, §7.2). outcome is ok | error (NULL
+-- while the operation is still running); code is the protocol error code (DOMAIN.md §2.10);
+-- blockers is the count of capture keys that kept a prepare from being ready, blocker_keys the
+-- keys themselves (at most 100); stopped_at is the stage where a coordinated prepare stopped.
+CREATE OR REPLACE VIEW checkpoint_ops AS
+SELECT
+    run_id,
+    checkpoint_id,
+    coalesce(participant_kind,
+             CASE WHEN name LIKE 'gym.checkpoint.coordinate.%' THEN 'controller' END)
+        AS participant_kind,
+    attributes->>'nemo.gym.checkpoint.instance' AS instance,
+    CASE WHEN name LIKE 'gym.checkpoint.coordinate.%' THEN split_part(name, '.', 4)
+         ELSE split_part(name, '.', 3) END AS op,
+    start_ns,
+    end_ns,
+    CASE WHEN end_ns IS NULL THEN NULL
+         ELSE coalesce(attributes->>'nemo.gym.checkpoint.outcome',
+                       CASE WHEN status_code = 'ERROR' THEN 'error' ELSE 'ok' END)
+    END AS outcome,
+    attributes->>'nemo.gym.checkpoint.code' AS code,
+    coalesce(TRY_CAST(attributes->>'nemo.gym.checkpoint.blocker_count' AS INTEGER),
+             TRY_CAST(attributes->>'nemo.gym.checkpoint.blockers' AS INTEGER)) AS blockers,
+    attributes->'nemo.gym.checkpoint.blocker_keys' AS blocker_keys,
+    attributes->>'nemo.gym.checkpoint.stopped_at' AS stopped_at,
+    TRY_CAST(attributes->>'nemo.gym.checkpoint.prepared' AS BOOLEAN) AS prepared,
+    (end_ns - start_ns) / 1e9 AS duration_s,
+    trace_id,
+    span_id,
+    is_open
+FROM all_spans
+WHERE name IN (
+    'gym.checkpoint.prepare', 'gym.checkpoint.commit', 'gym.checkpoint.restore',
+    'gym.checkpoint.resume', 'gym.checkpoint.retire', 'gym.checkpoint.forget',
+    'gym.checkpoint.renew',
+    'gym.checkpoint.coordinate.prepare', 'gym.checkpoint.coordinate.commit',
+    'gym.checkpoint.coordinate.restore', 'gym.checkpoint.coordinate.resume',
+    'gym.checkpoint.coordinate.retire', 'gym.checkpoint.coordinate.forget',
+    'gym.checkpoint.coordinate.renew')

@@ -1,0 +1,26 @@
+-- rollout_attempts: one row per RL try of a prompt group (rl.rollout.attempt; one iteration of
+-- generate_and_push, DOMAIN.md §4.1, §7.4). attempt is the 0-based try; group_id the replay
+-- buffer group reserved for it. outcome: committed | failed | cancelled, or 'open' while the try
+-- runs. failure_class is infra | data (DOMAIN.md §4.3), failure_reason the exception class.
+CREATE OR REPLACE VIEW rollout_attempts AS
+SELECT
+    run_id,
+    rollout_id,
+    prompt_idx,
+    attempt,
+    attributes->>'nemo.rl.group.id' AS group_id,
+    start_ns,
+    end_ns,
+    CASE WHEN end_ns IS NULL THEN 'open'
+         ELSE coalesce(attributes->>'nemo.rl.rollout.outcome',
+                       CASE WHEN status_code = 'ERROR' THEN 'failed' ELSE 'committed' END)
+    END AS outcome,
+    attributes->>'nemo.rl.failure.class' AS failure_class,
+    attributes->>'nemo.rl.failure.reason' AS failure_reason,
+    TRY_CAST(attributes->>'nemo.rl.failure.http_status' AS INTEGER) AS failure_http_status,
+    TRY_CAST(attributes->>'nemo.rl.weight_version' AS BIGINT) AS weight_version,
+    (end_ns - start_ns) / 1e9 AS duration_s,
+    span_id,
+    is_open
+FROM all_spans
+WHERE name = 'rl.rollout.attempt'

@@ -1,0 +1,242 @@
+"""StoreWriter: the single appender of a run store, with group commit and a bounded queue.
+
+Any thread may ``submit`` a ``RowBatch``; one writer thread appends everything queued, table by
+table through Arrow (never row-by-row), in one transaction, and then completes each batch's
+``Commit``. A commit happens when the rows gathered reach ``max_rows`` or the oldest gathered
+batch is ``max_delay_ms`` old, whichever comes first. A completed ``Commit`` means the rows are
+in the file (DuckDB's WAL), so a caller that waits for it before acknowledging never loses
+acknowledged data to a crash.
+
+The queue is bounded in rows: ``submit`` raises ``QueueFullError`` instead of buffering without
+bound, so the caller can apply backpressure (the collector answers 429) or count a drop (the
+in-process exporter).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import duckdb
+
+from rolloutscope.collectors.store.errors import QueueFullError, StoreError, translate
+from rolloutscope.collectors.store.rows import RowBatch
+from rolloutscope.collectors.store.schema import BATCH_TABLES
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_ROWS = 50_000
+DEFAULT_MAX_DELAY_MS = 50
+DEFAULT_MAX_QUEUED_ROWS = 2_000_000
+
+
+class Commit:
+    """Completion of one submitted batch: ``wait()`` returns once it is committed or failed."""
+
+    __slots__ = ("_event", "error", "rows")
+
+    def __init__(self, rows: int) -> None:
+        self._event = threading.Event()
+        self.error: StoreError | None = None
+        self.rows = rows
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """True when committed; False on timeout; raises the store error if the commit failed."""
+        if not self._event.wait(timeout):
+            return False
+        if self.error is not None:
+            raise self.error
+        return True
+
+    @property
+    def done(self) -> bool:
+        return self._event.is_set()
+
+    def _finish(self, error: StoreError | None = None) -> None:
+        self.error = error
+        self._event.set()
+
+
+@dataclass
+class WriterStats:
+    submitted_rows: int = 0
+    committed_rows: int = 0
+    rejected_rows: int = 0
+    failed_rows: int = 0
+    commits: int = 0
+    last_commit_ms: float = 0.0
+
+
+class StoreWriter:
+    def __init__(self, store, *, max_rows: int = DEFAULT_MAX_ROWS,
+                 max_delay_ms: float = DEFAULT_MAX_DELAY_MS,
+                 max_queued_rows: int = DEFAULT_MAX_QUEUED_ROWS) -> None:
+        self._store = store
+        self._con = store.raw_connection().cursor()
+        self.max_rows = max_rows
+        self.max_delay_s = max_delay_ms / 1000.0
+        self.max_queued_rows = max_queued_rows
+        self._queue: deque[tuple[RowBatch, Commit, float]] = deque()
+        self._queued_rows = 0
+        self._cond = threading.Condition()
+        self._closing = False
+        self.closed = False
+        self.stats = WriterStats()
+        self._submitted_seq = 0
+        self._committed_seq = 0  # every batch with seq <= this is committed or failed
+        self._open_markers = self._con.execute("SELECT count(*) FROM open_spans").fetchall()[0][0]
+        self._thread = threading.Thread(target=self._run, name="rolloutscope-store-writer",
+                                        daemon=True)
+        self._thread.start()
+
+    # -- producer side ---------------------------------------------------------------------
+    def submit(self, batch: RowBatch, *, block: bool = False,
+               timeout: float | None = None) -> Commit:
+        """Queue a batch. Raises ``QueueFullError`` when the queue is full and ``block`` is
+        False (or still full after ``timeout``)."""
+        commit = Commit(batch.rows)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            if self._closing:
+                raise StoreError("writer is closed")
+            while self._queued_rows + batch.rows > self.max_queued_rows and self._queued_rows:
+                if not block:
+                    self.stats.rejected_rows += batch.rows
+                    raise QueueFullError(batch.rows, self._queued_rows, self.max_queued_rows)
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    self.stats.rejected_rows += batch.rows
+                    raise QueueFullError(batch.rows, self._queued_rows, self.max_queued_rows)
+                self._cond.wait(remaining)
+            self._submitted_seq += 1
+            self._queue.append((batch, commit, time.monotonic()))
+            self._queued_rows += batch.rows
+            self.stats.submitted_rows += batch.rows
+            self._cond.notify_all()
+        return commit
+
+    def write(self, batch: RowBatch, timeout: float | None = None) -> None:
+        """Submit and wait until committed (blocking while the queue is full)."""
+        if not self.submit(batch, block=True, timeout=timeout).wait(timeout):
+            raise StoreError("timed out waiting for the commit")
+
+    @property
+    def queued_rows(self) -> int:
+        return self._queued_rows
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until everything submitted before this call is committed (or has failed)."""
+        with self._cond:
+            target = self._submitted_seq
+            self._cond.notify_all()
+            return self._cond.wait_for(lambda: self._committed_seq >= target, timeout)
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Commit everything queued, then stop the thread."""
+        with self._cond:
+            if self.closed:
+                return
+            self._closing = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+        self.closed = True
+        self._con.close()
+
+    # -- writer thread ---------------------------------------------------------------------
+    def _gather(self) -> list[tuple[RowBatch, Commit, float]]:
+        with self._cond:
+            while not self._queue and not self._closing:
+                self._cond.wait()
+            if not self._queue:
+                return []
+            first_at = self._queue[0][2]
+            while (self._queued_rows < self.max_rows and not self._closing):
+                remaining = first_at + self.max_delay_s - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._cond.wait(remaining)
+            taken: list[tuple[RowBatch, Commit, float]] = []
+            rows = 0
+            while self._queue and (rows < self.max_rows or not taken):
+                item = self._queue.popleft()
+                taken.append(item)
+                rows += item[0].rows
+            self._queued_rows -= rows
+            self._cond.notify_all()  # wake producers blocked on a full queue
+            return taken
+
+    def _run(self) -> None:
+        while True:
+            taken = self._gather()
+            if not taken:
+                return
+            error: StoreError | None = None
+            try:
+                self._commit([b for b, _, _ in taken])
+            except Exception as exc:  # noqa: BLE001 - reported to every waiter, never raised
+                error = exc if isinstance(exc, StoreError) else _as_store_error(exc)
+                log.error("store commit of %d batch(es) failed: %s", len(taken), error)
+                try:
+                    self._con.execute("ROLLBACK")
+                except duckdb.Error:
+                    pass
+            rows = sum(c.rows for _, c, _ in taken)
+            with self._cond:
+                if error is None:
+                    self.stats.committed_rows += rows
+                    self.stats.commits += 1
+                else:
+                    self.stats.failed_rows += rows
+                self._committed_seq += len(taken)
+                self._cond.notify_all()
+            for _, commit, _ in taken:
+                commit._finish(error)
+
+    def _commit(self, batches: list[RowBatch]) -> None:
+        t0 = time.perf_counter()
+        merged = batches[0]
+        if len(batches) > 1:
+            merged = RowBatch()
+            for b in batches:
+                merged.extend(b)
+        con = self._con
+        con.execute("BEGIN")
+        for table in BATCH_TABLES:
+            arrow = merged.arrow(table)
+            if arrow is None:
+                continue
+            con.register("_rs_batch", arrow)
+            try:
+                if table == "spans" and self._open_markers:
+                    # the span ended: its start marker is no longer an open interval
+                    deleted = con.execute(
+                        "DELETE FROM open_spans o USING _rs_batch b "
+                        "WHERE o.span_id = b.span_id AND o.trace_id = b.trace_id").fetchall()
+                    self._open_markers -= deleted[0][0] if deleted else 0
+                con.execute(f"INSERT INTO {table} SELECT * FROM _rs_batch")  # noqa: S608 - allowlisted
+                if table == "open_spans":
+                    self._open_markers += arrow.num_rows
+                if table in ("spans", "open_spans"):
+                    con.execute(
+                        """INSERT INTO runs (run_id, source, first_seen_ns, last_seen_ns)
+                           SELECT run_id, 'live', min(start_ns), max(coalesce(end_ns, start_ns))
+                           FROM _rs_batch WHERE run_id IS NOT NULL GROUP BY run_id
+                           ON CONFLICT (run_id) DO UPDATE SET
+                             first_seen_ns = least(coalesce(runs.first_seen_ns, excluded.first_seen_ns),
+                                                   excluded.first_seen_ns),
+                             last_seen_ns = greatest(coalesce(runs.last_seen_ns, excluded.last_seen_ns),
+                                                     excluded.last_seen_ns)""")
+            finally:
+                con.unregister("_rs_batch")
+        con.execute("COMMIT")
+        self.stats.last_commit_ms = (time.perf_counter() - t0) * 1000
+
+
+def _as_store_error(exc: Exception) -> StoreError:
+    try:
+        return translate(exc)
+    except Exception:  # noqa: BLE001 - not a DuckDB error: a bug, still reported as data
+        return StoreError(f"{type(exc).__name__}: {exc}")

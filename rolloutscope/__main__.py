@@ -1,0 +1,5 @@
+import sys
+
+from rolloutscope.cli import main
+
+sys.exit(main())

@@ -1,0 +1,106 @@
+"""The ``rolloutscope`` command line.
+
+Each package contributes its subcommands through a ``register(subparsers)`` function in the
+module named in ``COMMAND_MODULES``; a handler returns the process exit code. Errors that are the
+user's (a bad path, a file that is not a run store) print one line and exit 2; they never print
+a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from rolloutscope import __version__
+
+# Modules that add subcommands, in help order.
+COMMAND_MODULES: tuple[str, ...] = (
+    "rolloutscope.cli",
+)
+
+
+class UsageError(Exception):
+    """A problem with what the user asked for; printed without a traceback."""
+
+
+def _fmt_ns(ns: int | None) -> str:
+    if ns is None:
+        return "-"
+    return datetime.fromtimestamp(ns / 1e9, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from rolloutscope.collectors.store import RunStore
+
+    with RunStore(args.run, read_only=True) as store:
+        runs = store.query(
+            """SELECT r.run_id, r.source, r.scenario, r.parent_run_id,
+                      coalesce(s.n, 0), s.first_ns, s.last_ns
+               FROM runs r
+               LEFT JOIN (SELECT run_id, count(*) AS n, min(start_ns) AS first_ns,
+                                 max(coalesce(end_ns, start_ns)) AS last_ns
+                          FROM spans GROUP BY run_id) s USING (run_id)
+               ORDER BY r.run_id""")
+        print(f"{store.path}")
+        if not runs:
+            print("  no runs")
+            return 0
+        for run_id, source, scenario, parent, n, first, last in runs:
+            span = (last - first) / 1e9 if first is not None and last is not None else 0.0
+            extra = f" scenario={scenario}" if scenario else ""
+            extra += f" parent={parent}" if parent else ""
+            print(f"run {run_id}  source={source}{extra}")
+            print(f"  spans {n:,}  from {_fmt_ns(first)} to {_fmt_ns(last)} ({span:,.1f} s)")
+            counts = store.query(
+                "SELECT name, count(*) AS n FROM spans WHERE run_id = ? "
+                "GROUP BY name ORDER BY n DESC, name", [run_id])
+            width = max((len(name) for name, _ in counts), default=0)
+            for name, count in counts:
+                print(f"    {name:<{width}}  {count:>10,}")
+            open_count = store.query("SELECT count(*) FROM open_spans WHERE run_id = ?",
+                                     [run_id])[0][0]
+            if open_count:
+                print(f"  open intervals {open_count:,}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    info = sub.add_parser("info", help="summarise a run store: runs, span counts, time range")
+    info.add_argument("run", help="run store (.duckdb file or run directory)")
+    info.set_defaults(handler=cmd_info)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rolloutscope",
+        description="Observability and replay workbench for large RL training runs.")
+    parser.add_argument("--version", action="version", version=f"rolloutscope {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from rolloutscope.collectors.store import StoreError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(handler(args) or 0)
+    except (UsageError, StoreError, FileNotFoundError) as exc:
+        print(f"rolloutscope {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,25 @@
+"""Maps the design's top-level folders onto one import namespace.
+
+collectors/, dashboard/ and replay/ install as rolloutscope.collectors, rolloutscope.dashboard
+and rolloutscope.replay, so no generic top-level module lands in site-packages. Subpackages are
+found at build time, so a new folder needs no edit here.
+"""
+
+from setuptools import find_packages, setup
+
+FOLDERS = {"rolloutscope": "rolloutscope", "collectors": "rolloutscope.collectors",
+           "dashboard": "rolloutscope.dashboard", "replay": "rolloutscope.replay"}
+
+package_dir = {}
+packages = []
+for folder, name in FOLDERS.items():
+    package_dir[name] = folder
+    packages.append(name)
+    packages.extend(f"{name}.{sub}" for sub in find_packages(folder))
+
+setup(
+    package_dir=package_dir,
+    packages=packages,
+    package_data={name: ["*.sql", "**/*.sql", "*.json", "**/*.json"] for name in packages},
+    include_package_data=True,
+)
