@@ -1,0 +1,1 @@
+"""Participant models: pure state machines with an injected clock and no I/O."""
