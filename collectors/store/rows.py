@@ -24,8 +24,10 @@ def attributes_json(attributes: Mapping[str, Any] | None) -> str | None:
     """JSON text of an attribute mapping (tuples become arrays; non-finite floats become null)."""
     if not attributes:
         return None
+    if type(attributes) is not dict:
+        attributes = dict(attributes)  # e.g. the SDK's BoundedAttributes, which orjson rejects
     try:
-        return _dumps(attributes, option=orjson.OPT_NON_STR_KEYS).decode()
+        return _dumps(attributes).decode()
     except TypeError:
         # bytes or other non-JSON values (OTLP bytes / kvlist from a receiver): stringify them
         return _dumps({str(k): _jsonable(v) for k, v in attributes.items()}).decode()
@@ -72,19 +74,21 @@ def promoted(attrs: Mapping[str, Any]) -> tuple[Any, Any, Any, Any, Any, Any]:
 
 
 class RowBatch:
-    """Rows for several tables, column-major. Not thread-safe; hand it to the writer whole."""
+    """Rows for several tables, each kept as a list of tuples in the table's column order
+    (one append per row; the transpose to columns happens once, in C, in ``arrow``).
+    Not thread-safe; hand it to the writer whole."""
 
-    __slots__ = ("columns", "rows")
+    __slots__ = ("tables", "rows")
 
     def __init__(self) -> None:
-        self.columns: dict[str, dict[str, list[Any]]] = {}
+        self.tables: dict[str, list[tuple[Any, ...]]] = {}
         self.rows = 0
 
-    def _table(self, table: str) -> dict[str, list[Any]]:
-        cols = self.columns.get(table)
-        if cols is None:
-            cols = self.columns[table] = {c: [] for c in COLUMNS[table]}
-        return cols
+    def _rows(self, table: str) -> list[tuple[Any, ...]]:
+        rows = self.tables.get(table)
+        if rows is None:
+            rows = self.tables[table] = []
+        return rows
 
     def add_span(
         self, *, run_id: str | None, trace_id: str, span_id: str, parent_span_id: str | None,
@@ -96,8 +100,9 @@ class RowBatch:
     ) -> None:
         """One span. A span carrying ``Attr.OPEN_MARKER_FOR`` is the start marker of the span
         whose id it names, and lands in ``open_spans`` under that id with no end."""
-        rollout_id, attempt, prompt_idx, checkpoint_id, participant_kind, shard_idx = promoted(
-            attributes)
+        if type(attributes) is not dict:
+            attributes = dict(attributes)
+        promo = promoted(attributes)
         run_id = attributes.get(Attr.RUN_ID, run_id)
         marker_for = attributes.get(Attr.OPEN_MARKER_FOR)
         if marker_for is not None:
@@ -107,43 +112,25 @@ class RowBatch:
                           if k not in (Attr.OPEN_MARKER_FOR, Attr.OPEN_MARKER_PARENT)}
         else:
             table = "spans"
-        cols = self._table(table)
-        cols["run_id"].append(run_id)
-        cols["trace_id"].append(trace_id)
-        cols["span_id"].append(span_id)
-        cols["parent_span_id"].append(parent_span_id)
-        cols["name"].append(name)
-        cols["kind"].append(kind)
-        cols["service"].append(service)
-        cols["start_ns"].append(start_ns)
-        cols["end_ns"].append(end_ns)
-        cols["status_code"].append(status_code)
-        cols["status_message"].append(status_message)
-        cols["rollout_id"].append(rollout_id)
-        cols["attempt"].append(attempt)
-        cols["prompt_idx"].append(prompt_idx)
-        cols["checkpoint_id"].append(checkpoint_id)
-        cols["participant_kind"].append(participant_kind)
-        cols["shard_idx"].append(shard_idx)
-        cols["attributes"].append(attributes_json(attributes))
-        cols["resource"].append(resource_json)
-        cols["scope"].append(scope)
+        self._rows(table).append((
+            run_id, trace_id, span_id, parent_span_id, name, kind, service, start_ns, end_ns,
+            status_code, status_message, *promo, attributes_json(attributes), resource_json,
+            scope))
         self.rows += 1
         if marker_for is not None:
             return  # a marker's events and links arrive with the finished span
-        for ev_name, ts_ns, ev_attrs in events:
-            self.add_event(run_id=run_id, trace_id=trace_id, span_id=span_id, span_name=name,
-                           name=ev_name, ts_ns=ts_ns, attributes=ev_attrs,
-                           inherited=(rollout_id, attempt, prompt_idx, checkpoint_id, shard_idx))
-        for linked_trace, linked_span, link_attrs in links:
-            lcols = self._table("span_links")
-            lcols["run_id"].append(run_id)
-            lcols["trace_id"].append(trace_id)
-            lcols["span_id"].append(span_id)
-            lcols["linked_trace_id"].append(linked_trace)
-            lcols["linked_span_id"].append(linked_span)
-            lcols["attributes"].append(attributes_json(link_attrs))
-            self.rows += 1
+        if events:
+            inherited = (promo[0], promo[1], promo[2], promo[3], promo[5])
+            for ev_name, ts_ns, ev_attrs in events:
+                self.add_event(run_id=run_id, trace_id=trace_id, span_id=span_id,
+                               span_name=name, name=ev_name, ts_ns=ts_ns, attributes=ev_attrs,
+                               inherited=inherited)
+        if links:
+            lrows = self._rows("span_links")
+            for linked_trace, linked_span, link_attrs in links:
+                lrows.append((run_id, trace_id, span_id, linked_trace, linked_span,
+                              attributes_json(link_attrs)))
+                self.rows += 1
 
     def add_event(
         self, *, run_id: str | None, trace_id: str, span_id: str, span_name: str, name: str,
@@ -153,46 +140,39 @@ class RowBatch:
         """One span event; join keys come from the event's own attributes, else its span's."""
         rollout_id, attempt, prompt_idx, checkpoint_id, shard_idx = inherited
         if attributes:
+            if type(attributes) is not dict:
+                attributes = dict(attributes)
             e_rollout, e_attempt, e_prompt, e_ck, _, e_shard = promoted(attributes)
             rollout_id = e_rollout if e_rollout is not None else rollout_id
             attempt = e_attempt if e_attempt is not None else attempt
             prompt_idx = e_prompt if e_prompt is not None else prompt_idx
             checkpoint_id = e_ck if e_ck is not None else checkpoint_id
             shard_idx = e_shard if e_shard is not None else shard_idx
-        cols = self._table("span_events")
-        cols["run_id"].append(run_id)
-        cols["trace_id"].append(trace_id)
-        cols["span_id"].append(span_id)
-        cols["span_name"].append(span_name)
-        cols["name"].append(name)
-        cols["ts_ns"].append(ts_ns)
-        cols["rollout_id"].append(rollout_id)
-        cols["attempt"].append(attempt)
-        cols["prompt_idx"].append(prompt_idx)
-        cols["checkpoint_id"].append(checkpoint_id)
-        cols["shard_idx"].append(shard_idx)
-        cols["attributes"].append(attributes_json(attributes))
+        self._rows("span_events").append((
+            run_id, trace_id, span_id, span_name, name, ts_ns, rollout_id, attempt, prompt_idx,
+            checkpoint_id, shard_idx, attributes_json(attributes)))
         self.rows += 1
 
     def add_row(self, table: str, **values: Any) -> None:
         """A metric or log row (or any batch table), by column name; missing columns are NULL."""
-        cols = self._table(table)
-        unknown = set(values) - set(cols)
+        columns = COLUMNS[table]
+        unknown = set(values) - set(columns)
         if unknown:
             raise ValueError(f"unknown column(s) for table {table!r}: {sorted(unknown)}")
-        for col, values_list in cols.items():
-            values_list.append(values.get(col))
+        self._rows(table).append(tuple(values.get(col) for col in columns))
         self.rows += 1
 
     def extend(self, other: RowBatch) -> None:
-        for table, ocols in other.columns.items():
-            cols = self._table(table)
-            for col, values in ocols.items():
-                cols[col].extend(values)
+        for table, rows in other.tables.items():
+            self._rows(table).extend(rows)
         self.rows += other.rows
 
     def arrow(self, table: str) -> pa.Table | None:
-        cols = self.columns.get(table)
-        if not cols or not next(iter(cols.values())):
+        rows = self.tables.get(table)
+        if not rows:
             return None
-        return pa.Table.from_pydict(cols, schema=ARROW_SCHEMAS[table])
+        schema = ARROW_SCHEMAS[table]
+        columns = list(zip(*rows, strict=True))
+        return pa.Table.from_arrays(
+            [pa.array(col, type=field.type) for col, field in zip(columns, schema, strict=True)],
+            schema=schema)

@@ -4,7 +4,8 @@ A run store is one DuckDB file. Raw tables hold what arrived (spans, span events
 logs) plus one row per run with the config it used; the model views in ``views/`` are the
 contract every reader uses. Times are epoch nanoseconds. Hot attributes are promoted to real
 columns; all attributes (promoted ones included) stay in the ``attributes`` JSON so nothing is
-lost in translation.
+lost in translation. JSON columns are VARCHAR holding JSON text: DuckDB's JSON functions read
+them the same, and appending skips a validation pass that cost ~6 µs a span.
 
 ``open_spans`` holds start markers of intervals that have not ended yet (a parked rollout, a
 shard's current state, a live deadline). The writer deletes a marker when its span's end
@@ -36,8 +37,8 @@ _SPAN_COLUMNS: list[tuple[str, str, pa.DataType]] = [
     ("checkpoint_id", "VARCHAR", pa.string()),
     ("participant_kind", "VARCHAR", pa.string()),
     ("shard_idx", "INTEGER", pa.int32()),
-    ("attributes", "JSON", pa.string()),
-    ("resource", "JSON", pa.string()),
+    ("attributes", "VARCHAR", pa.string()),
+    ("resource", "VARCHAR", pa.string()),
     ("scope", "VARCHAR", pa.string()),
 ]
 
@@ -53,7 +54,7 @@ _EVENT_COLUMNS: list[tuple[str, str, pa.DataType]] = [
     ("prompt_idx", "BIGINT", pa.int64()),
     ("checkpoint_id", "VARCHAR", pa.string()),
     ("shard_idx", "INTEGER", pa.int32()),
-    ("attributes", "JSON", pa.string()),
+    ("attributes", "VARCHAR", pa.string()),
 ]
 
 _LINK_COLUMNS: list[tuple[str, str, pa.DataType]] = [
@@ -62,7 +63,7 @@ _LINK_COLUMNS: list[tuple[str, str, pa.DataType]] = [
     ("span_id", "VARCHAR", pa.string()),
     ("linked_trace_id", "VARCHAR", pa.string()),
     ("linked_span_id", "VARCHAR", pa.string()),
-    ("attributes", "JSON", pa.string()),
+    ("attributes", "VARCHAR", pa.string()),
 ]
 
 _METRIC_COLUMNS: list[tuple[str, str, pa.DataType]] = [
@@ -78,8 +79,8 @@ _METRIC_COLUMNS: list[tuple[str, str, pa.DataType]] = [
     ("min", "DOUBLE", pa.float64()),
     ("max", "DOUBLE", pa.float64()),
     ("unit", "VARCHAR", pa.string()),
-    ("attributes", "JSON", pa.string()),
-    ("resource", "JSON", pa.string()),
+    ("attributes", "VARCHAR", pa.string()),
+    ("resource", "VARCHAR", pa.string()),
 ]
 
 _LOG_COLUMNS: list[tuple[str, str, pa.DataType]] = [
@@ -90,8 +91,8 @@ _LOG_COLUMNS: list[tuple[str, str, pa.DataType]] = [
     ("body", "VARCHAR", pa.string()),
     ("trace_id", "VARCHAR", pa.string()),
     ("span_id", "VARCHAR", pa.string()),
-    ("attributes", "JSON", pa.string()),
-    ("resource", "JSON", pa.string()),
+    ("attributes", "VARCHAR", pa.string()),
+    ("resource", "VARCHAR", pa.string()),
 ]
 
 # Tables the writer appends to in batches, with their columns.
@@ -131,10 +132,10 @@ DDL: tuple[str, ...] = (
     source VARCHAR NOT NULL,          -- live | import | replay
     parent_run_id VARCHAR,            -- the captured run a replay re-executed
     scenario VARCHAR,
-    variants JSON,                    -- list of variant switches that were on
+    variants VARCHAR,                    -- list of variant switches that were on
     seed BIGINT,
-    config JSON,                      -- timeouts, thresholds, budgets the run used
-    metadata JSON,
+    config VARCHAR,                      -- timeouts, thresholds, budgets the run used
+    metadata VARCHAR,
     created_ns BIGINT,
     first_seen_ns BIGINT,
     last_seen_ns BIGINT
