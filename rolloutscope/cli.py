@@ -19,6 +19,7 @@ from rolloutscope import __version__
 # Modules that add subcommands, in help order.
 COMMAND_MODULES: tuple[str, ...] = (
     "rolloutscope.cli",
+    "rolloutscope.collectors.cli",
 )
 
 

@@ -1,0 +1,136 @@
+"""Rows → OTLP request: the inverse of ``decode.py``, for round-trip tests, fixtures and the
+benchmark. Pure functions.
+
+``encode_spans`` rebuilds an ``ExportTraceServiceRequest`` from a ``RowBatch``'s ``spans``,
+``span_events`` and ``span_links`` columns (open-interval markers are a store-side artefact and
+are not re-encoded); ``to_json`` writes any OTLP request as OTLP/JSON (hex ids, camelCase).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+from google.protobuf import json_format
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+from rolloutscope.collectors.otlp.decode import SPAN_KINDS, STATUS_CODES, hex_id
+from rolloutscope.collectors.store.rows import RowBatch
+
+_KIND_NUMBER = {name: number for number, name in enumerate(SPAN_KINDS) if number}
+_STATUS_NUMBER = {name: number for number, name in enumerate(STATUS_CODES)}
+
+
+def set_any_value(target: AnyValue, value: Any) -> None:
+    """Fill an AnyValue from a Python value (bool before int: bool is an int in Python)."""
+    if isinstance(value, bool):
+        target.bool_value = value
+    elif isinstance(value, int):
+        target.int_value = value
+    elif isinstance(value, float):
+        target.double_value = value
+    elif isinstance(value, str):
+        target.string_value = value
+    elif isinstance(value, bytes | bytearray):
+        target.bytes_value = bytes(value)
+    elif isinstance(value, Mapping):
+        fill_attributes(target.kvlist_value.values, value)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            set_any_value(target.array_value.values.add(), item)
+    elif value is not None:
+        raise TypeError(f"cannot encode {type(value).__name__} as an OTLP AnyValue")
+
+
+def fill_attributes(target, attributes: Mapping[str, Any] | None) -> None:
+    for key, value in (attributes or {}).items():
+        kv: KeyValue = target.add()
+        kv.key = key
+        set_any_value(kv.value, value)
+
+
+def _json_attrs(text: str | None) -> dict[str, Any]:
+    return orjson.loads(text) if text else {}
+
+
+def _columns(batch: RowBatch, table: str) -> dict[str, list[Any]]:
+    """A table of the batch as columns, through its public Arrow view."""
+    arrow = batch.arrow(table)
+    return {} if arrow is None else arrow.to_pydict()
+
+
+def encode_spans(batch: RowBatch) -> ExportTraceServiceRequest:
+    """An OTLP trace request carrying the batch's finished spans, their events and links."""
+    request = ExportTraceServiceRequest()
+    cols = _columns(batch, "spans")
+    if not cols:
+        return request
+    events: dict[tuple[str, str], list[int]] = {}
+    ev = _columns(batch, "span_events")
+    for i, key in enumerate(zip(ev.get("trace_id", ()), ev.get("span_id", ()), strict=True)):
+        events.setdefault(key, []).append(i)
+    links: dict[tuple[str, str], list[int]] = {}
+    lk = _columns(batch, "span_links")
+    for i, key in enumerate(zip(lk.get("trace_id", ()), lk.get("span_id", ()), strict=True)):
+        links.setdefault(key, []).append(i)
+    scopes: dict[tuple[str | None, str | None], Any] = {}
+    for i in range(len(cols["span_id"])):
+        group = (cols["resource"][i], cols["scope"][i])
+        scope_spans = scopes.get(group)
+        if scope_spans is None:
+            rs = request.resource_spans.add()
+            fill_attributes(rs.resource.attributes, _json_attrs(group[0]))
+            scope_spans = rs.scope_spans.add()
+            if group[1] is not None:
+                scope_spans.scope.name = group[1]
+            scopes[group] = scope_spans
+        span = scope_spans.spans.add()
+        trace_id, span_id = cols["trace_id"][i], cols["span_id"][i]
+        span.trace_id = hex_id(trace_id)
+        span.span_id = hex_id(span_id)
+        if cols["parent_span_id"][i]:
+            span.parent_span_id = hex_id(cols["parent_span_id"][i])
+        span.name = cols["name"][i]
+        span.kind = _KIND_NUMBER.get(cols["kind"][i], 1)
+        span.start_time_unix_nano = cols["start_ns"][i]
+        span.end_time_unix_nano = cols["end_ns"][i]
+        span.status.code = _STATUS_NUMBER.get(cols["status_code"][i], 0)
+        if cols["status_message"][i]:
+            span.status.message = cols["status_message"][i]
+        fill_attributes(span.attributes, _json_attrs(cols["attributes"][i]))
+        for j in events.get((trace_id, span_id), ()):
+            event = span.events.add()
+            event.name = ev["name"][j]
+            event.time_unix_nano = ev["ts_ns"][j]
+            fill_attributes(event.attributes, _json_attrs(ev["attributes"][j]))
+        for j in links.get((trace_id, span_id), ()):
+            link = span.links.add()
+            link.trace_id = hex_id(lk["linked_trace_id"][j])
+            link.span_id = hex_id(lk["linked_span_id"][j])
+            fill_attributes(link.attributes, _json_attrs(lk["attributes"][j]))
+    return request
+
+
+_JSON_ID_KEYS = ("traceId", "spanId", "parentSpanId")
+
+
+def _base64_ids_to_hex(node: Any) -> None:
+    if isinstance(node, list):
+        for item in node:
+            _base64_ids_to_hex(item)
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            if key in _JSON_ID_KEYS and isinstance(value, str):
+                node[key] = base64.b64decode(value).hex()
+            else:
+                _base64_ids_to_hex(value)
+
+
+def to_json(request) -> bytes:
+    """OTLP/JSON for any OTLP request message: camelCase keys, hex ids, enums as numbers."""
+    doc = json_format.MessageToDict(request, use_integers_for_enums=True)
+    _base64_ids_to_hex(doc)
+    return orjson.dumps(doc)

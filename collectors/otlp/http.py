@@ -1,0 +1,159 @@
+"""OTLP/HTTP transport (aiohttp): ``POST /v1/traces|metrics|logs``, protobuf or JSON, gzip.
+
+Reads the body itself (bounded), decompresses it itself (bounded: a gzip bomb stops at
+``max_decoded_bytes``), hands it to ``OtlpReceiver`` and answers as the OTLP/HTTP spec says:
+200 with an ``Export*ServiceResponse`` (``partial_success`` when some items were rejected), 4xx
+with a ``google.rpc.Status`` naming the problem, 429/503 with ``Retry-After`` when the sender
+should retry. Responses use the request's encoding.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+
+import orjson
+from aiohttp import web
+from google.protobuf import json_format
+from google.rpc import status_pb2
+
+from rolloutscope.collectors.otlp.decode import JSON, PROTOBUF
+from rolloutscope.collectors.otlp.errors import (
+    BackpressureError,
+    BadRequestError,
+    PayloadTooLargeError,
+    UnavailableError,
+    UnsupportedMediaError,
+)
+from rolloutscope.collectors.otlp.receiver import ExportResult, OtlpReceiver
+from rolloutscope.collectors.otlp.signals import Signal
+
+CONTENT_TYPES = {"application/x-protobuf": PROTOBUF, "application/protobuf": PROTOBUF,
+                 "application/json": JSON}
+_MEDIA = {PROTOBUF: "application/x-protobuf", JSON: "application/json"}
+_READ_CHUNK = 1 << 20
+
+
+def _encoding_of(request: web.Request) -> str:
+    media = request.content_type  # lower-cased, without parameters
+    encoding = CONTENT_TYPES.get(media)
+    if encoding is None:
+        raise UnsupportedMediaError(
+            "unsupported_content_type",
+            f"unsupported content type {media!r}; send application/x-protobuf or "
+            f"application/json")
+    return encoding
+
+
+async def read_body(request: web.Request, max_body: int) -> bytes:
+    """The raw body, refusing more than ``max_body`` bytes before reading them all."""
+    declared = request.content_length
+    if declared is not None and declared > max_body:
+        raise PayloadTooLargeError("body_too_large",
+                                   f"body of {declared} bytes exceeds the limit of {max_body}")
+    chunks, size = [], 0
+    while True:
+        chunk = await request.content.read(_READ_CHUNK)
+        if not chunk:
+            break
+        size += len(chunk)
+        if size > max_body:
+            raise PayloadTooLargeError("body_too_large",
+                                       f"body exceeds the limit of {max_body} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def decompress(body: bytes, content_encoding: str, max_decoded: int) -> bytes:
+    """Undo ``Content-Encoding``; never expands past ``max_decoded`` bytes."""
+    coding = content_encoding.strip().lower()
+    if coding in ("", "identity"):
+        return body
+    if coding != "gzip":
+        raise UnsupportedMediaError(
+            "unsupported_content_encoding",
+            f"unsupported content encoding {content_encoding!r}; send gzip or identity")
+    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    try:
+        out = inflater.decompress(body, max_decoded)
+        if inflater.unconsumed_tail:
+            raise PayloadTooLargeError(
+                "decoded_too_large",
+                f"gzip body expands beyond the limit of {max_decoded} bytes")
+        out += inflater.flush()
+    except zlib.error as exc:
+        raise BadRequestError("bad_gzip", f"body is not valid gzip: {exc}") from None
+    if not inflater.eof:
+        raise BadRequestError("bad_gzip", "gzip body is truncated")
+    return out
+
+
+def _status_body(encoding: str, code: int, message: str) -> bytes:
+    status = status_pb2.Status(code=code, message=message)
+    if encoding == PROTOBUF:
+        return status.SerializeToString()
+    return orjson.dumps(json_format.MessageToDict(status))
+
+
+def error_response(encoding: str, http_status: int, grpc_code: int, message: str,
+                   retry_after_s: float | None = None) -> web.Response:
+    headers = {}
+    if retry_after_s is not None:
+        headers["Retry-After"] = str(max(1, math.ceil(retry_after_s)))  # RFC 9110: integer
+    return web.Response(status=http_status, body=_status_body(encoding, grpc_code, message),
+                        content_type=_MEDIA[encoding], headers=headers)
+
+
+def _success(signal: Signal, encoding: str, result: ExportResult) -> web.Response:
+    response = signal.response_type()
+    if result.rejected:
+        setattr(response.partial_success, f"rejected_{signal.item_noun}", result.rejected)
+        response.partial_success.error_message = result.message
+    if encoding == PROTOBUF:
+        body = response.SerializeToString()
+    else:
+        body = orjson.dumps(json_format.MessageToDict(response))
+    return web.Response(status=200, body=body, content_type=_MEDIA[encoding])
+
+
+# google.rpc.Code numbers used in Status bodies
+_INVALID_ARGUMENT, _RESOURCE_EXHAUSTED, _UNAVAILABLE = 3, 8, 14
+
+
+class OtlpHttpRoutes:
+    """The three export routes over one ``OtlpReceiver``."""
+
+    def __init__(self, receiver: OtlpReceiver) -> None:
+        self.receiver = receiver
+
+    def add_to(self, app: web.Application) -> None:
+        for signal in Signal:
+            app.router.add_post(f"/v1/{signal.value}", self._handler(signal))
+
+    def _handler(self, signal: Signal):
+        async def handle(request: web.Request) -> web.Response:
+            return await self.handle(signal, request)
+        return handle
+
+    async def handle(self, signal: Signal, request: web.Request) -> web.Response:
+        counters, limits = self.receiver.counters, self.receiver.limits
+        encoding = JSON
+        try:
+            encoding = _encoding_of(request)
+            raw = await read_body(request, limits.max_body_bytes)
+            body = decompress(raw, request.headers.get("Content-Encoding", ""),
+                              limits.max_decoded_bytes)
+            result = await self.receiver.export(signal, body, encoding)
+        except BadRequestError as exc:
+            counters.requests[("http", f"{exc.status}")] += 1
+            counters.problems[exc.problem] += 1
+            return error_response(encoding, exc.status, _INVALID_ARGUMENT, exc.message)
+        except BackpressureError as exc:
+            counters.requests[("http", "429")] += 1
+            return error_response(encoding, 429, _RESOURCE_EXHAUSTED, exc.message,
+                                  exc.retry_after_s)
+        except UnavailableError as exc:
+            counters.requests[("http", "503")] += 1
+            return error_response(encoding, 503, _UNAVAILABLE, exc.message, exc.retry_after_s)
+        counters.requests[("http", "200")] += 1
+        return _success(signal, encoding, result)

@@ -1,0 +1,166 @@
+"""Transport-independent export handling, and the bridge from the event loop to the writer.
+
+``OtlpReceiver.export`` is what both transports call: parse + decode (pure), then
+``enqueue(batch)`` and wait for the commit, counting every outcome. It knows only the
+``enqueue`` callable. ``CommitQueue`` is that callable in the service: it submits to the
+store's writer without blocking (a full queue is ``BackpressureError``, never unbounded
+buffering) and completes an asyncio future when the writer has committed the batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import zlib
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from rolloutscope.collectors.otlp.counters import CollectorCounters
+from rolloutscope.collectors.otlp.decode import Decoded, decode_request, parse_request
+from rolloutscope.collectors.otlp.errors import (
+    BackpressureError,
+    BadRequestError,
+    UnavailableError,
+)
+from rolloutscope.collectors.otlp.limits import DecodeLimits
+from rolloutscope.collectors.otlp.signals import Signal
+from rolloutscope.collectors.store.errors import QueueFullError, StoreError
+from rolloutscope.collectors.store.rows import RowBatch
+
+log = logging.getLogger(__name__)
+
+Enqueue = Callable[[RowBatch], Awaitable[None]]
+_REMEMBERED_REFUSALS = 8_192  # fingerprints of bodies refused for backpressure
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    accepted: int
+    rejected: int
+    message: str  # the partial-success error message; empty when nothing was rejected
+
+
+class OtlpReceiver:
+    def __init__(self, *, enqueue: Enqueue, limits: DecodeLimits,
+                 counters: CollectorCounters) -> None:
+        self._enqueue = enqueue
+        self.limits = limits
+        self.counters = counters
+        # A stock exporter retries with the identical body, so a body refused for
+        # backpressure and later accepted is a retry: its items count as retried.
+        self._refused: OrderedDict[tuple[int, int], None] = OrderedDict()
+
+    async def export(self, signal: Signal, body: bytes, encoding: str) -> ExportResult:
+        """Decode a (decompressed) body and commit its valid items. The transport counts
+        ``BadRequestError.problem``; this counts items."""
+        request = parse_request(signal, body, encoding)
+        return await self.export_message(signal, request, fingerprint=_fingerprint(body))
+
+    async def export_message(self, signal: Signal, request, *,
+                             fingerprint: tuple[int, int] | None = None) -> ExportResult:
+        try:
+            decoded: Decoded = decode_request(signal, request, self.limits)
+        except BadRequestError as exc:
+            self.counters.rejected_invalid[signal] += _items_in(exc)
+            raise
+        if decoded.rejected:
+            self.counters.rejected_invalid[signal] += decoded.rejected
+            self.counters.problems["invalid_items"] += 1
+        if decoded.accepted:
+            try:
+                await self._enqueue(decoded.batch)
+            except BackpressureError:
+                self.counters.rejected_backpressure[signal] += decoded.accepted
+                if fingerprint is not None:
+                    self._remember_refusal(fingerprint)
+                raise
+            self.counters.accepted[signal] += decoded.accepted
+            if fingerprint is not None and fingerprint in self._refused:
+                del self._refused[fingerprint]
+                self.counters.retried[signal] += decoded.accepted
+        return ExportResult(decoded.accepted, decoded.rejected,
+                            decoded.message(signal.item_noun))
+
+    def _remember_refusal(self, fingerprint: tuple[int, int]) -> None:
+        self._refused[fingerprint] = None
+        self._refused.move_to_end(fingerprint)
+        while len(self._refused) > _REMEMBERED_REFUSALS:
+            self._refused.popitem(last=False)
+
+
+def _fingerprint(body: bytes) -> tuple[int, int]:
+    return (zlib.crc32(body), len(body))
+
+
+def _items_in(exc: BadRequestError) -> int:
+    """Items a wholly rejected request carried, from its message ('rejected N of M ...')."""
+    words = exc.message.split()
+    if len(words) > 3 and words[0] == "rejected" and words[1].isdigit():
+        return int(words[1])
+    return 0
+
+
+class CommitQueue:
+    """``enqueue`` for the receivers: submit to the writer, await the commit.
+
+    One waiter thread completes futures in submission order; the writer commits batches in
+    that order, so waiting on the oldest first never delays a later batch for long.
+    """
+
+    _STOP = object()
+
+    def __init__(self, writer, *, retry_after_s: float) -> None:
+        self._writer = writer
+        self.retry_after_s = retry_after_s
+        self._pending: queue.SimpleQueue = queue.SimpleQueue()
+        self._closing = False
+        self._thread = threading.Thread(target=self._wait_commits,
+                                        name="rolloutscope-commit-waiter", daemon=True)
+        self._thread.start()
+
+    async def enqueue(self, batch: RowBatch) -> None:
+        if self._closing:
+            raise UnavailableError("collector is shutting down", self.retry_after_s)
+        try:
+            commit = self._writer.submit(batch, block=False)
+        except QueueFullError as exc:
+            raise BackpressureError(f"collector is at capacity ({exc})",
+                                    self.retry_after_s) from None
+        except StoreError as exc:
+            raise UnavailableError(f"store cannot accept data: {exc}",
+                                   self.retry_after_s) from None
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._pending.put((commit, loop, future))
+        await future
+
+    def _wait_commits(self) -> None:
+        while True:
+            item = self._pending.get()
+            if item is self._STOP:
+                return
+            commit, loop, future = item
+            try:
+                commit.wait()
+                outcome: BaseException | None = None
+            except StoreError as exc:
+                outcome = UnavailableError(f"commit failed: {exc}", self.retry_after_s)
+            loop.call_soon_threadsafe(_settle, future, outcome)
+
+    def close(self) -> None:
+        """Refuse new batches; the waiter finishes every pending one first (FIFO) and stops."""
+        self._closing = True
+        self._pending.put(self._STOP)
+        self._thread.join()
+
+
+def _settle(future: asyncio.Future, error: BaseException | None) -> None:
+    if future.done():  # the request was cancelled (client went away); the data is committed
+        return
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)
