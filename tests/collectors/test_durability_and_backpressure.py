@@ -1,0 +1,140 @@
+"""Acknowledged means committed: kill -9 during sustained ingest loses nothing acknowledged,
+SIGTERM drains everything accepted, and overload is answered with backpressure that the stock
+exporters retry through to zero loss."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from rolloutscope.collectors.otlp.counters import METRIC_ACCEPTED
+from rolloutscope.collectors.store import RunStore
+from tests.collectors.conftest import run_sender, start_collector, start_sender
+
+BATCH = 200
+DEADLINE_S = 90.0
+
+
+def _acked(ack_file: Path) -> list[int]:
+    if not ack_file.exists():
+        return []
+    text = ack_file.read_text()
+    complete = text[: text.rfind("\n") + 1]  # a line being written is not an ack yet
+    return [int(line) for line in complete.splitlines()]
+
+
+def _wait_for_acks(files: list[Path], at_least: int) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while min(len(_acked(f)) for f in files) < at_least:
+        assert time.monotonic() < deadline, "senders made no progress"
+        time.sleep(0.05)  # polling files written by other processes; no event to await
+
+
+def _batches_in_store(db: Path) -> dict[tuple[str, int], int]:
+    with RunStore(db) as store:  # read-write: replays the WAL the killed process left
+        return {(run_id, batch): n for run_id, batch, n in store.query(
+            "SELECT run_id, prompt_idx, count(*) FROM spans GROUP BY ALL")}
+
+
+def _senders(c, tmp_path: Path, names: list[str], batches: int, size: int):
+    procs, files = [], []
+    for name in names:
+        protocol = "grpc" if name.startswith("grpc") else "http-protobuf"
+        endpoint = f"http://{c.grpc}" if protocol == "grpc" else c.http
+        ack = tmp_path / f"{name}.acks"
+        files.append(ack)
+        procs.append(start_sender("batches", protocol, endpoint, name, str(batches), str(size),
+                                  str(ack)))
+    return procs, files
+
+
+def test_kill_9_during_sustained_ingest_loses_no_acknowledged_span(tmp_path):
+    c = start_collector(tmp_path / "run.duckdb")
+    procs, files = _senders(c, tmp_path, ["http-a", "http-b", "grpc-a"], 100_000, BATCH)
+    try:
+        _wait_for_acks(files, at_least=5)
+        c.process.send_signal(signal.SIGKILL)
+        c.process.wait(30)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(30)
+    stored = _batches_in_store(c.db)
+    for name, ack in zip(["http-a", "http-b", "grpc-a"], files, strict=True):
+        acked = _acked(ack)
+        assert len(acked) >= 5
+        missing = [b for b in acked if stored.get((name, b)) != BATCH]
+        assert not missing, f"{name}: acknowledged batches missing or partial: {missing[:10]}"
+
+
+def test_sigterm_drains_and_commits_everything_accepted(tmp_path):
+    c = start_collector(tmp_path / "run.duckdb")
+    procs, files = _senders(c, tmp_path, ["http-a", "grpc-a"], 100_000, BATCH)
+    try:
+        _wait_for_acks(files, at_least=3)
+        assert c.stop(signal.SIGTERM) == 0
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(30)
+    assert "everything received is committed" in "".join(c.output)
+    stored = _batches_in_store(c.db)
+    with RunStore(c.db, read_only=True) as store:
+        spans = store.query("SELECT count(*) FROM spans")[0][0]
+        accepted = store.query(
+            "SELECT max(value) FROM metrics WHERE name = ? "
+            "AND json_extract_string(attributes, '$.signal') = 'traces'", [METRIC_ACCEPTED])[0][0]
+    assert accepted == spans  # every span the collector accepted is in the file
+    assert set(stored.values()) == {BATCH}  # no batch half-written
+    for name, ack in zip(["http-a", "grpc-a"], files, strict=True):
+        assert all(stored.get((name, b)) == BATCH for b in _acked(ack))
+
+
+@pytest.mark.slow
+def test_overload_is_answered_with_backpressure_and_retrying_exporters_lose_nothing(tmp_path):
+    size, batches = 3_000, 6
+    # a queue that holds one batch: three senders pushing back to back offer ~3x what fits
+    c = start_collector(tmp_path / "run.duckdb", "--max-queued-rows", str(size),
+                        "--retry-after-s", "1")
+    names = ["http-a", "http-b", "grpc-a"]
+    procs, files = _senders(c, tmp_path, names, batches, size)
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=DEADLINE_S)
+        assert p.returncode == 0, err[-2000:]
+        results.append(out)
+    metrics = c.client.metrics()
+    stored = c.client.query_records("SELECT run_id, count(*) AS n FROM spans GROUP BY run_id")
+    c.stop()
+    assert all('"failed": 0' in r and f'"acked": {batches}' in r for r in results), results
+    assert {r["run_id"]: r["n"] for r in stored} == {n: size * batches for n in names}
+    assert metrics["rolloutscope.collector.items.rejected_backpressure"]["traces"] > 0
+    assert metrics["rolloutscope.collector.items.retried"]["traces"] > 0
+    assert metrics["rolloutscope.collector.items.accepted"]["traces"] == 3 * size * batches
+    assert any(k in metrics["rolloutscope.collector.requests"]
+               for k in ("http/429", "grpc/RESOURCE_EXHAUSTED"))
+
+
+def test_the_stock_grpc_exporter_gets_resource_exhausted_with_retry_info(tmp_path):
+    c = start_collector(tmp_path / "run.duckdb", "--max-queued-rows", "10",
+                        "--retry-after-s", "1")
+    try:
+        procs, _ = _senders(c, tmp_path, ["grpc-a", "grpc-b", "grpc-c"], 3, 2_000)
+        for p in procs:
+            p.communicate(timeout=DEADLINE_S)
+        metrics = c.client.metrics()
+        assert metrics["rolloutscope.collector.requests"].get("grpc/RESOURCE_EXHAUSTED", 0) > 0
+        assert metrics["rolloutscope.collector.items.retried"]["traces"] > 0
+        assert c.count() == 3 * 3 * 2_000
+    finally:
+        c.stop()
+
+
+def test_run_sender_reports_its_acks(collector, tmp_path):
+    result = run_sender("batches", "http-protobuf", collector.http, "one", "2", "10",
+                        str(tmp_path / "acks"))
+    assert result == {"acked": 2, "failed": 0}
+    assert _acked(tmp_path / "acks") == [0, 1]
