@@ -37,8 +37,10 @@ def set_any_value(target: AnyValue, value: Any) -> None:
     elif isinstance(value, bytes | bytearray):
         target.bytes_value = bytes(value)
     elif isinstance(value, Mapping):
+        target.kvlist_value.SetInParent()  # an empty mapping is still a kvlist, not "no value"
         fill_attributes(target.kvlist_value.values, value)
     elif isinstance(value, list | tuple):
+        target.array_value.SetInParent()  # likewise an empty list
         for item in value:
             set_any_value(target.array_value.values.add(), item)
     elif value is not None:
