@@ -1,0 +1,197 @@
+"""Sustained OTLP/HTTP ingest into the collector vs. a receiver that only parses.
+
+Several sender processes post the same pre-encoded protobuf batches (1,000 spans each, with
+the attributes Gym spans carry) over loopback, back to back, retrying on 429. Measured for
+both receivers in the same run:
+
+* spans/s acknowledged (for the collector: committed to the DuckDB file, checked by a count);
+* receiver CPU µs per span (user+system of the receiver process, from /proc);
+* p50/p99 request latency.
+
+The baseline is an aiohttp server that reads each body and parses it with the same protobuf
+messages, and stores nothing. Run:  .venv/bin/python benchmarks/bench_collector.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from rolloutscope.collectors.cli import READY_PREFIX
+from rolloutscope.collectors.client import CollectorClient
+from rolloutscope.collectors.otlp.encode import fill_attributes
+from rolloutscope.collectors.vocabulary import Attr, ResourceAttr
+
+SPANS_PER_BATCH = 1_000
+T0 = 1_700_000_000_000_000_000
+
+
+def make_batch(seed: int) -> bytes:
+    request = ExportTraceServiceRequest()
+    rs = request.resource_spans.add()
+    fill_attributes(rs.resource.attributes, {ResourceAttr.SERVICE_NAME: "nemo-gym/agent",
+                                             ResourceAttr.RUN_ID: "bench"})
+    ss = rs.scope_spans.add()
+    ss.scope.name = "bench"
+    for i in range(SPANS_PER_BATCH):
+        span = ss.spans.add()
+        span.trace_id = (seed * SPANS_PER_BATCH + i + 1).to_bytes(16, "big")
+        span.span_id = (seed * SPANS_PER_BATCH + i + 1).to_bytes(8, "big")
+        span.parent_span_id = (i + 7).to_bytes(8, "big")
+        span.name = "gym.model.chat_completions"
+        span.kind = 2
+        span.start_time_unix_nano = T0 + i * 1000
+        span.end_time_unix_nano = T0 + i * 1000 + 500
+        fill_attributes(span.attributes, {
+            Attr.ROLLOUT_ID: f"r{seed}-{i}-a1", "nemo.gym.server.name": "agent",
+            "http.route": "/v1/chat/completions", "http.response.status_code": 200,
+            "gen_ai.usage.output_tokens": 512})
+    return request.SerializeToString()
+
+
+# -- roles run in child processes ---------------------------------------------------------
+def sender(port: int, batches: int, seed: int) -> None:
+    bodies = [make_batch(seed * 1000 + b) for b in range(batches)]
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    latencies, retries = [], 0
+    print("ready", flush=True)
+    sys.stdin.readline()  # the parent starts every sender at once
+    started = time.perf_counter()
+    for body in bodies:
+        while True:
+            t = time.perf_counter()
+            conn.request("POST", "/v1/traces", body=body,
+                         headers={"Content-Type": "application/x-protobuf"})
+            response = conn.getresponse()
+            response.read()
+            if response.status == 200:
+                latencies.append(time.perf_counter() - t)
+                break
+            if response.status != 429:
+                raise SystemExit(f"unexpected HTTP {response.status}")
+            retries += 1
+            time.sleep(float(response.getheader("Retry-After", "1")) / 20)
+    print(json.dumps({"spans": len(bodies) * SPANS_PER_BATCH, "retries": retries,
+                      "elapsed": time.perf_counter() - started, "latencies": latencies}),
+          flush=True)
+
+
+def parse_only(port_file: str) -> None:
+    from aiohttp import web
+
+    async def handle(request: web.Request) -> web.Response:
+        body = await request.read()
+        ExportTraceServiceRequest.FromString(body)
+        return web.Response(body=b"", content_type="application/x-protobuf")
+
+    async def main() -> None:
+        app = web.Application(client_max_size=64 << 20)
+        app.router.add_post("/v1/traces", handle)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        Path(port_file).write_text(str(site._server.sockets[0].getsockname()[1]))
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+# -- the parent -----------------------------------------------------------------------------
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def drive(port: int, pid: int, senders: int, batches: int) -> dict:
+    procs = [subprocess.Popen([sys.executable, __file__, "--role", "sender", "--port", str(port),
+                               "--batches", str(batches), "--seed", str(s)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+             for s in range(senders)]
+    for p in procs:
+        assert p.stdout.readline().strip() == "ready"
+    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    results = [json.loads(p.stdout.readline()) for p in procs]
+    wall = time.perf_counter() - t0
+    cpu = cpu_seconds(pid) - cpu0
+    for p in procs:
+        p.wait()
+    spans = sum(r["spans"] for r in results)
+    latencies = sorted(x for r in results for x in r["latencies"])
+    return {"spans": spans, "wall_s": wall, "spans_per_s": spans / wall,
+            "cpu_us_per_span": cpu / spans * 1e6, "retries": sum(r["retries"] for r in results),
+            "p50_ms": latencies[len(latencies) // 2] * 1e3,
+            "p99_ms": latencies[int(len(latencies) * 0.99)] * 1e3}
+
+
+def start_collector(db: Path) -> tuple[subprocess.Popen, int]:
+    proc = subprocess.Popen([sys.executable, "-m", "rolloutscope", "serve", "--db", str(db),
+                             "--otlp-http-port", "0", "--otlp-grpc-port", "0"],
+                            stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    assert line.startswith(READY_PREFIX), line
+    http = dict(p.split("=", 1) for p in line[len(READY_PREFIX):].split())["http"]
+    return proc, int(http.rsplit(":", 1)[1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--role", default="parent")
+    parser.add_argument("--port", type=int)
+    parser.add_argument("--batches", type=int, default=60)
+    parser.add_argument("--senders", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--port-file")
+    args = parser.parse_args()
+    if args.role == "sender":
+        return sender(args.port, args.batches, args.seed)
+    if args.role == "parse-only":
+        return parse_only(args.port_file)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        port_file = Path(tmp) / "port"
+        base = subprocess.Popen([sys.executable, __file__, "--role", "parse-only",
+                                 "--port-file", str(port_file)])
+        deadline = time.monotonic() + 60
+        while not port_file.exists() or not port_file.read_text():
+            assert time.monotonic() < deadline and base.poll() is None
+            time.sleep(0.05)
+        baseline = drive(int(port_file.read_text()), base.pid, args.senders, args.batches)
+        base.terminate()
+        base.wait()
+
+        collector, port = start_collector(Path(tmp) / "bench.duckdb")
+        measured = drive(port, collector.pid, args.senders, args.batches)
+        committed = CollectorClient(f"http://127.0.0.1:{port}").query_records(
+            "SELECT count(*) AS n FROM spans")[0]["n"]
+        collector.terminate()
+        collector.wait()
+
+    print(f"{os.cpu_count()} CPUs; {args.senders} senders x {args.batches} batches x "
+          f"{SPANS_PER_BATCH} spans (OTLP/HTTP protobuf, loopback)")
+    for name, r in (("parse-only baseline", baseline), ("collector (committed)", measured)):
+        print(f"{name:<22} {r['spans_per_s']:>10,.0f} spans/s  {r['cpu_us_per_span']:6.2f} µs "
+              f"receiver CPU/span  p50 {r['p50_ms']:7.1f} ms  p99 {r['p99_ms']:7.1f} ms  "
+              f"429-retries {r['retries']}")
+    print(f"committed {committed:,} of {measured['spans']:,} spans sent "
+          f"({'zero loss' if committed == measured['spans'] else 'LOSS'})")
+    print(f"ratio collector/baseline: throughput {measured['spans_per_s'] / baseline['spans_per_s']:.2f}x, "
+          f"CPU per span {measured['cpu_us_per_span'] / baseline['cpu_us_per_span']:.2f}x; "
+          f"target 250,000 spans/s and 4 µs/span")
+
+
+if __name__ == "__main__":
+    main()
