@@ -178,6 +178,15 @@ class Attr:
     ACK_RECEIPTS = "nemo.rl.ack.receipts"
     ACK_OUTCOME = "nemo.rl.ack.outcome"
 
+    # Gym client retries of one model call (DOMAIN.md §4.7)
+    RETRY_TRY = "nemo.gym.retry.try"
+    RETRY_MAX_TRIES = "nemo.gym.retry.max_tries"
+    RETRY_KIND = "nemo.gym.retry.kind"  # rate_limit | server_error | http_error
+
+    # Faults a replay injected (what a live run cannot know: the ground truth of a fault)
+    FAULT_KIND = "rolloutscope.fault.kind"
+    FAULT_DETAIL = "rolloutscope.fault.detail"
+
     # Open-interval start markers (see SpanName.OPEN_MARKER_SUFFIX below).
     OPEN_MARKER_FOR = "rolloutscope.open_marker_for"
     OPEN_MARKER_PARENT = "rolloutscope.open_marker_parent"
@@ -253,6 +262,9 @@ class SpanName:
     RL_TRAIN_STEP = "rl.train_step"  # TRAIN_STEP
     RL_GYM_ACK = "rl.gym.ack"  # ACK_RECEIPTS, ACK_OUTCOME
     RL_STALL_WATCHDOG_TICK = "rl.stall_watchdog.tick"
+    # a fault a replay injected, as a zero-length span at its instant: FAULT_KIND, FAULT_DETAIL,
+    # SHARD_IDX / PROMPT_IDX / CHECKPOINT_ID of what it hit
+    FAULT = "rolloutscope.fault"
 
     # -- agent executions, parking, model gate
     # one /run execution: ROLLOUT_ID, RL_ATTEMPT, EPISODE_ATTEMPT, EXECUTION_GENERATION,
@@ -284,7 +296,9 @@ class EventName:
     FLEET_EXHAUSTED = "rl.gen_fleet.exhausted"
     ROUTER_MEMBERSHIP_PUSH = "rl.router.membership_push"
     ROUTER_FAILURES_DRAINED = "rl.router.failures_drained"
-    ROUTER_RETRY = "gym.model.retry"  # a Gym client retry of one model call: HTTP_STATUS
+    # a Gym client retry of one model call: HTTP_STATUS, RETRY_TRY, RETRY_MAX_TRIES, RETRY_KIND
+    ROUTER_RETRY = "gym.model.retry"
+    ROUTER_RESTARTED = "rl.router.restarted"  # the router actor came back with every backend
 
     ROW_RECEIVED = "rl.rollout.row_received"
     ROW_REDISPATCH = "rl.rollout.row_redispatch"

@@ -49,6 +49,11 @@ class RunStore:
         self.read_only = read_only
         self._lock = threading.Lock()
         self._writer = None
+        # a read-only file whose stored views are older than this version gets the current
+        # ones as temporary views; those live per connection, so each thread keeps one cursor
+        self._temp_views = False
+        self._local = threading.local()
+        self._thread_cursors: list[duckdb.DuckDBPyConnection] = []
         if read_only and not self.path.exists():
             raise StoreError(f"{self.path} does not exist")
         if not read_only:
@@ -89,6 +94,7 @@ class RunStore:
         if self.read_only:
             if not _views.installed_current(con):
                 _views.install(con, temporary=True)  # shadow the file's older definitions
+                self._temp_views = True
             return
         con.execute("BEGIN")
         for stmt in DDL:
@@ -102,6 +108,18 @@ class RunStore:
     @contextlib.contextmanager
     def cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """A cursor of this store's connection for the caller's thread; closed afterwards."""
+        if self._temp_views:
+            cur = getattr(self._local, "cursor", None)
+            if cur is None:
+                cur = self._local.cursor = self._con.cursor()
+                _views.install(cur, temporary=True)
+                with self._lock:
+                    self._thread_cursors.append(cur)
+            try:
+                yield cur
+            except duckdb.Error as exc:
+                raise translate(exc, path=str(self.path)) from exc
+            return
         cur = self._con.cursor()
         try:
             yield cur
@@ -194,6 +212,8 @@ class RunStore:
                     "(SELECT 1 FROM spans s WHERE s.span_id = o.span_id "
                     " AND s.trace_id = o.trace_id)")
                 self._con.execute("CHECKPOINT")
+        for cur in self._thread_cursors:
+            cur.close()
         self._con.close()
 
     def __enter__(self) -> RunStore:

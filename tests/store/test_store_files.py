@@ -167,3 +167,22 @@ def test_registered_runs_keep_their_config_for_detectors(store_path):
 def test_unknown_columns_are_refused_by_name():
     with pytest.raises(ValueError, match="no_such_column"):
         RowBatch().add_row("metrics", no_such_column=1)
+
+
+def test_a_file_with_older_views_is_read_through_the_current_ones(store_path):
+    RunStore(store_path).close()
+    con = duckdb.connect(str(store_path))
+    con.execute("DROP VIEW incidents")  # as if written before that view existed
+    con.execute("UPDATE store_meta SET value = 'older' WHERE key = 'views_digest'")
+    con.close()
+    with RunStore(store_path, read_only=True) as ro:
+        seen: list[int] = []
+
+        def read() -> None:
+            seen.append(len(ro.view("incidents").columns))
+
+        read()
+        worker = threading.Thread(target=read)  # temporary views live per connection
+        worker.start()
+        worker.join()
+        assert seen == [10, 10]

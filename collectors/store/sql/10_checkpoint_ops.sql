@@ -26,6 +26,18 @@ SELECT
     attributes->'nemo.gym.checkpoint.blocker_keys' AS blocker_keys,
     attributes->>'nemo.gym.checkpoint.stopped_at' AS stopped_at,
     TRY_CAST(attributes->>'nemo.gym.checkpoint.prepared' AS BOOLEAN) AS prepared,
+    -- report counters of the participant's /status at the end of the operation
+    TRY_CAST(attributes->>'nemo.gym.checkpoint.count.running' AS INTEGER) AS running,
+    TRY_CAST(attributes->>'nemo.gym.checkpoint.count.parked_without_boundary' AS INTEGER)
+        AS parked_without_boundary,
+    TRY_CAST(attributes->>'nemo.gym.checkpoint.count.completed_unacknowledged' AS INTEGER)
+        AS completed_unacknowledged,
+    TRY_CAST(attributes->>'nemo.gym.checkpoint.count.held' AS INTEGER) AS held,
+    TRY_CAST(attributes->>'nemo.gym.checkpoint.count.cut_failed' AS INTEGER) AS cut_failed,
+    TRY_CAST(attributes->>'nemo.gym.checkpoint.count.cut_skipped' AS INTEGER) AS cut_skipped,
+    TRY_CAST(attributes->>'nemo.gym.checkpoint.workers.expected' AS INTEGER) AS workers_expected,
+    TRY_CAST(attributes->>'nemo.gym.checkpoint.workers.acknowledged' AS INTEGER)
+        AS workers_acknowledged,
     (end_ns - start_ns) / 1e9 AS duration_s,
     trace_id,
     span_id,

@@ -19,7 +19,7 @@ SELECT
     TRY_CAST(attributes->>'nemo.rl.gen_fleet.probe_failures' AS INTEGER) AS probe_failures,
     TRY_CAST(attributes->>'nemo.rl.gen_fleet.reported_failures' AS INTEGER) AS reported_failures,
     TRY_CAST(attributes->>'nemo.rl.gen_fleet.restart_attempts' AS INTEGER) AS restart_attempts,
-    attributes->>'nemo.rl.gen_fleet.state' IN ('healthy', 'suspect') AS serving,
+    (attributes->>'nemo.rl.gen_fleet.state') IN ('healthy', 'suspect') AS serving,
     span_id,
     is_open
 FROM all_spans

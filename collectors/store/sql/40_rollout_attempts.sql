@@ -18,6 +18,7 @@ SELECT
     attributes->>'nemo.rl.failure.class' AS failure_class,
     attributes->>'nemo.rl.failure.reason' AS failure_reason,
     TRY_CAST(attributes->>'nemo.rl.failure.http_status' AS INTEGER) AS failure_http_status,
+    attributes->>'nemo.rl.failure.detail' AS failure_detail,
     TRY_CAST(attributes->>'nemo.rl.weight_version' AS BIGINT) AS weight_version,
     (end_ns - start_ns) / 1e9 AS duration_s,
     span_id,

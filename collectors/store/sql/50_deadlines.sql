@@ -32,7 +32,7 @@ SELECT
     coalesce(d.attributes->>'nemo.rl.deadline.state_when_fired', f.state_when_fired)
         AS state_when_fired,
     coalesce(f.fired_ns,
-             CASE WHEN d.attributes->>'nemo.rl.deadline.outcome' = 'fired' THEN d.end_ns END)
+             CASE WHEN (d.attributes->>'nemo.rl.deadline.outcome') = 'fired' THEN d.end_ns END)
         AS fired_ns,
     d.attributes->>'nemo.rl.deadline.description' AS description,
     d.span_id,
