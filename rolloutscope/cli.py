@@ -20,6 +20,7 @@ from rolloutscope import __version__
 COMMAND_MODULES: tuple[str, ...] = (
     "rolloutscope.cli",
     "rolloutscope.collectors.cli",
+    "rolloutscope.dashboard.cli",
 )
 
 
@@ -173,6 +174,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # output piped into head & co.
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":
