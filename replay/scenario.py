@@ -1,0 +1,388 @@
+"""Scenarios: a versioned, JSON-serialisable, validated description of a run to replay.
+
+A scenario is config (timeouts, budgets, watchdog, checkpoint), a workload (prompts arriving at
+times, each a group of rows, each row a sequence of turns with model-call and tool timings and
+token counts), a control schedule (snapshot attempts, weight syncs), faults, a horizon and a
+seed. ``Scenario.from_dict`` refuses unknown keys, naming the key and where it was found, so a
+misspelt threshold never silently falls back to its default. Every class is a frozen, keyword-only
+dataclass; ``to_dict`` / ``from_dict`` round-trip exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Union
+
+from rolloutscope.collectors.vocabulary import StallAction
+from rolloutscope.replay.errors import ScenarioError
+
+SCHEMA_VERSION = 1
+
+
+# -- config -------------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class RolloutConfig:
+    """``async_rl.rollout_failure`` (DOMAIN.md §4.2, §4.4) for the Gym path."""
+
+    rollout_timeout_s: float | None = None  # one deadline per RL try over the whole row stream
+    generation_timeout_s: float | None = None  # native path; kept for the stall validator
+    env_timeout_s: float | None = None  # native path; kept for the stall validator
+    num_generations_per_prompt: int = 1
+    max_row_attempts: int = 3
+    max_infra_attempts_per_prompt: int = 5
+    max_data_attempts_per_prompt: int = 2
+    backoff_base_s: float = 1.0
+    max_backoff_s: float = 30.0
+    max_skipped_prompts: int = 0
+    max_consecutive_dropped_prompts: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointConfig:
+    """Gym ``checkpoint:`` block and RL ``rollout_checkpointing.gym`` (DOMAIN.md §2.8, §2.9)."""
+
+    prepare_timeout_s: float = 300.0
+    lease_grace_s: float = 600.0
+    generation_cuts: bool = False
+    policy_workers: int = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class WatchdogConfig:
+    """``async_rl.stall_watchdog`` (DOMAIN.md §4.6)."""
+
+    interval_s: float = 30.0
+    stall_timeout_s: float = 600.0
+    stall_action: StallAction = StallAction.WARN
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingConfig:
+    """How committed prompt groups become train steps (progress for the stall watchdog)."""
+
+    prompts_per_step: int = 1
+    train_step_s: float = 10.0
+    max_num_steps: int = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+
+
+# -- workload -----------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class Turn:
+    """One agent turn: a policy model call, then a tool/environment step; a boundary follows."""
+
+    model_s: float
+    tool_s: float = 0.0
+    # a streaming response starts (first data chunk) first_chunk_s into the call; a non-streaming
+    # one (Gym pins stream=false) starts only when the generation finishes
+    streaming: bool = False
+    first_chunk_s: float = 0.0
+    constrained: bool = False  # constrained decoding: never cut (cut_skipped)
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Row:
+    turns: tuple[Turn, ...]
+    setup_s: float = 0.0  # env seeding before the first boundary exists
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prompt:
+    idx: int
+    arrival_s: float
+    rows: tuple[Row, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class GeneratedPrompts:
+    """A workload drawn from the scenario seed: many prompts without spelling each one."""
+
+    count: int
+    arrival_window_s: float
+    turns_min: int
+    turns_max: int
+    model_s_min: float
+    model_s_max: float
+    tool_s_min: float = 0.0
+    tool_s_max: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    first_idx: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    prompts: tuple[Prompt, ...] = ()
+    generated: GeneratedPrompts | None = None
+
+
+# -- control schedule ---------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class SnapshotAttempt:
+    """A Gym snapshot attempt at ``at_s``; its commit (export + write) takes ``commit_s``."""
+
+    at_s: float
+    commit_s: float = 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class WeightSync:
+    """A refit: closes the weight_sync fence; a colocated engine suspends rollout deadlines."""
+
+    at_s: float
+    duration_s: float
+    colocated: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class Control:
+    snapshots: tuple[SnapshotAttempt, ...] = ()
+    weight_syncs: tuple[WeightSync, ...] = ()
+
+
+# -- faults -------------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class RowRef:
+    prompt_idx: int
+    row_idx: int
+    rl_attempt: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowFailure:
+    """The row's /run fails ``after_s`` into the execution with an HTTP status."""
+
+    row: RowRef
+    after_s: float
+    http_status: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ControllerSilence:
+    """After snapshot ``snapshot_index`` (1-based) is prepared, the controller's snapshot task
+    goes quiet for ``duration_s`` before it commits (P9: the participants' leases run out)."""
+
+    snapshot_index: int
+    duration_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Faults:
+    # Gym finishes the row but its reply never reaches RL (the lost-reply stall, P2)
+    lost_replies: tuple[RowRef, ...] = ()
+    row_failures: tuple[RowFailure, ...] = ()
+    # snapshot indexes (1-based) whose commit loses a policy worker after readiness (P8)
+    worker_lost_in_commit: tuple[int, ...] = ()
+    controller_silences: tuple[ControllerSilence, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scenario:
+    name: str
+    description: str = ""
+    version: int = SCHEMA_VERSION
+    seed: int = 0
+    horizon_s: float
+    config: Config = field(default_factory=Config)
+    workload: Workload = field(default_factory=Workload)
+    control: Control = field(default_factory=Control)
+    faults: Faults = field(default_factory=Faults)
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    # -- serialisation ---------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return _to_jsonable(self)
+
+    def config_dict(self) -> dict[str, Any]:
+        """The thresholds a run used, as the store's ``runs.config`` keeps them."""
+        return {"scenario_version": self.version, **_to_jsonable(self.config),
+                "control": _to_jsonable(self.control), "faults": _to_jsonable(self.faults)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Scenario:
+        version = data.get("version", SCHEMA_VERSION) if isinstance(data, Mapping) else None
+        if version != SCHEMA_VERSION:
+            raise ScenarioError("version", f"scenario schema version {version!r} is not "
+                                f"supported (this rolloutscope reads {SCHEMA_VERSION})")
+        return _build(cls, data, "")
+
+    @classmethod
+    def from_json(cls, text: str) -> Scenario:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ScenarioError("", f"not JSON: {exc}") from None
+        return cls.from_dict(data)
+
+    def with_seed(self, seed: int) -> Scenario:
+        return dataclasses.replace(self, seed=seed)
+
+    def prompts(self) -> tuple[Prompt, ...]:
+        """The workload's prompts, generated ones drawn from the seed, sorted by arrival."""
+        out = list(self.workload.prompts)
+        gen = self.workload.generated
+        if gen is not None:
+            out.extend(_generate(gen, self.config.rollout.num_generations_per_prompt,
+                                 random.Random(self.seed)))
+        return tuple(sorted(out, key=lambda p: (p.arrival_s, p.idx)))
+
+
+def _generate(gen: GeneratedPrompts, rows: int, rng: random.Random) -> list[Prompt]:
+    prompts = []
+    for i in range(gen.count):
+        arrival = round(rng.uniform(0.0, gen.arrival_window_s), 3)
+        group = []
+        for _ in range(rows):
+            turns = tuple(
+                Turn(model_s=round(rng.uniform(gen.model_s_min, gen.model_s_max), 3),
+                     tool_s=round(rng.uniform(gen.tool_s_min, gen.tool_s_max), 3),
+                     input_tokens=gen.input_tokens, output_tokens=gen.output_tokens)
+                for _ in range(rng.randint(gen.turns_min, gen.turns_max)))
+            group.append(Row(turns=turns))
+        prompts.append(Prompt(idx=gen.first_idx + i, arrival_s=arrival, rows=tuple(group)))
+    return prompts
+
+
+# -- validation ---------------------------------------------------------------------------------
+def _validate(s: Scenario) -> None:
+    if s.version != SCHEMA_VERSION:
+        raise ScenarioError("version", f"must be {SCHEMA_VERSION}")
+    if s.horizon_s <= 0:
+        raise ScenarioError("horizon_s", "must be positive")
+    ro, wd, ck, tr = s.config.rollout, s.config.watchdog, s.config.checkpoint, s.config.training
+    for name in ("rollout_timeout_s", "generation_timeout_s", "env_timeout_s"):
+        value = getattr(ro, name)
+        if value is not None and value <= 0:
+            raise ScenarioError(f"config.rollout.{name}", "must be positive or null")
+        # DOMAIN.md §4.2: a stall must outlast every deadline, or the watchdog fires first
+        if value is not None and wd.stall_timeout_s <= value:
+            raise ScenarioError("config.watchdog.stall_timeout_s",
+                                f"must exceed config.rollout.{name} ({value})")
+    if wd.stall_timeout_s <= wd.interval_s or wd.interval_s <= 0:
+        raise ScenarioError("config.watchdog", "need 0 < interval_s < stall_timeout_s")
+    for name in ("num_generations_per_prompt", "max_row_attempts",
+                 "max_infra_attempts_per_prompt", "max_data_attempts_per_prompt"):
+        if getattr(ro, name) < 1:
+            raise ScenarioError(f"config.rollout.{name}", "must be at least 1")
+    if ck.prepare_timeout_s <= 0 or ck.lease_grace_s <= 0 or ck.policy_workers < 1:
+        raise ScenarioError("config.checkpoint", "timeouts and policy_workers must be positive")
+    if tr.prompts_per_step < 1 or tr.max_num_steps < 0 or tr.train_step_s < 0:
+        raise ScenarioError("config.training", "prompts_per_step >= 1, others >= 0")
+    seen: set[int] = set()
+    for i, p in enumerate(s.workload.prompts):
+        where = f"workload.prompts[{i}]"
+        if p.idx in seen:
+            raise ScenarioError(f"{where}.idx", f"duplicate prompt idx {p.idx}")
+        seen.add(p.idx)
+        if len(p.rows) != ro.num_generations_per_prompt:
+            raise ScenarioError(f"{where}.rows", f"has {len(p.rows)} rows; "
+                                f"num_generations_per_prompt is {ro.num_generations_per_prompt}")
+        for j, row in enumerate(p.rows):
+            if not row.turns:
+                raise ScenarioError(f"{where}.rows[{j}].turns", "a row needs at least one turn")
+            for k, t in enumerate(row.turns):
+                if t.model_s < 0 or t.tool_s < 0 or not 0 <= t.first_chunk_s <= t.model_s:
+                    raise ScenarioError(f"{where}.rows[{j}].turns[{k}]",
+                                        "durations must be >= 0 and first_chunk_s <= model_s")
+    gen = s.workload.generated
+    if gen is not None:
+        if gen.count < 0 or not 1 <= gen.turns_min <= gen.turns_max:
+            raise ScenarioError("workload.generated", "need count >= 0, 1 <= turns_min <= max")
+        if not 0 <= gen.model_s_min <= gen.model_s_max or not 0 <= gen.tool_s_min <= gen.tool_s_max:
+            raise ScenarioError("workload.generated", "need 0 <= min <= max durations")
+        clash = seen & set(range(gen.first_idx, gen.first_idx + gen.count))
+        if clash:
+            raise ScenarioError("workload.generated.first_idx",
+                                f"generated idx {min(clash)} clashes with an explicit prompt")
+    times = [a.at_s for a in s.control.snapshots]
+    if times != sorted(times):
+        raise ScenarioError("control.snapshots", "attempts must be in time order")
+    n_snap = len(s.control.snapshots)
+    indexes = [("worker_lost_in_commit", k) for k in s.faults.worker_lost_in_commit]
+    indexes += [("controller_silences", c.snapshot_index) for c in s.faults.controller_silences]
+    for name, k in indexes:
+        if not 1 <= k <= n_snap:
+            raise ScenarioError(f"faults.{name}", f"snapshot index {k} is not in 1..{n_snap}")
+    if s.faults.worker_lost_in_commit and ck.policy_workers < 2:
+        raise ScenarioError("faults.worker_lost_in_commit", "needs policy_workers >= 2")
+
+
+# -- generic, strict (de)serialisation of the dataclasses above ---------------------------------
+def _to_jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value):
+        return {f.name: _to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, tuple):
+        return [_to_jsonable(v) for v in value]
+    return value
+
+
+def _build(tp: Any, data: Any, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if data is None:
+            return None
+        return _build(args[0], data, path)
+    if origin is tuple:
+        if not isinstance(data, list | tuple):
+            raise ScenarioError(path, f"expected a list, got {type(data).__name__}")
+        item = typing.get_args(tp)[0]
+        return tuple(_build(item, v, f"{path}[{i}]") for i, v in enumerate(data))
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(data, Mapping):
+            raise ScenarioError(path, f"expected an object, got {type(data).__name__}")
+        hints = typing.get_type_hints(tp)
+        fields = {f.name: f for f in dataclasses.fields(tp)}
+        for key in data:
+            if key not in fields:
+                where = f"{path}.{key}" if path else str(key)
+                raise ScenarioError(where, f"unknown key {key!r} (known: {', '.join(fields)})")
+        kwargs = {k: _build(hints[k], v, f"{path}.{k}" if path else k) for k, v in data.items()}
+        missing = [name for name, f in fields.items() if name not in kwargs
+                   and f.default is dataclasses.MISSING
+                   and f.default_factory is dataclasses.MISSING]
+        if missing:
+            raise ScenarioError(path, f"missing required key {missing[0]!r}")
+        return tp(**kwargs)
+    if isinstance(tp, type) and issubclass(tp, Enum):
+        try:
+            return tp(data)
+        except ValueError:
+            raise ScenarioError(path, f"{data!r} is not one of "
+                                f"{', '.join(m.value for m in tp)}") from None
+    if tp is float:
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            raise ScenarioError(path, f"expected a number, got {data!r}")
+        return float(data)
+    if tp is int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            raise ScenarioError(path, f"expected an integer, got {data!r}")
+        return data
+    if tp is bool or tp is str:
+        if not isinstance(data, tp):
+            raise ScenarioError(path, f"expected {tp.__name__}, got {data!r}")
+        return data
+    raise ScenarioError(path, f"unsupported field type {tp!r}")  # a bug in this module
