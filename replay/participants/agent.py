@@ -1,0 +1,244 @@
+"""The agent participant: agent /run executions, parking at turn boundaries, completion receipts.
+
+Rule (DOMAIN.md §2.8, the first protocol generation seed 004 runs against): an execution goes
+``running -> park_requested -> parked (with or without a boundary) -> running`` on resume, ends
+``completed`` (result kept until acknowledged) or ``retired`` (tombstoned), and
+
+    ready_to_commit = no running/park_requested AND no parked_without_boundary
+                      AND completed_unacknowledged == 0
+
+so a finished but unacknowledged run blocks every prepare. ``retire`` refuses a completed run
+(``completed_unacknowledged: True``): only an ACK carrying its receipt releases it. The
+transition that must never exist: completed -> retired.
+
+Counters are kept incrementally so readiness is O(1) at 16k executions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from rolloutscope.collectors.vocabulary import (
+    ErrorCode,
+    ExecutionState,
+    ParkedBoundaryState,
+    ParticipantKind,
+)
+from rolloutscope.replay.errors import ModelInvariantError
+from rolloutscope.replay.participants.protocol import (
+    MAX_BLOCKERS,
+    EpisodeId,
+    Participant,
+    Report,
+)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ExecutionKey:
+    rollout_id: str
+    attempt: int  # the Gym episode attempt (bumped by restore), not RL's try
+    generation: int  # bumped on each /run for the same (rollout_id, attempt)
+
+    @property
+    def episode(self) -> EpisodeId:
+        return EpisodeId(self.rollout_id, self.attempt)
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionReceipt:
+    """``AgentCompletionReceipt``: what an ACK must carry to release a completed run."""
+
+    rollout_id: str
+    attempt_index: int
+    execution_generation: int
+    result_id: str
+    result_digest: str
+
+
+class _Execution:
+    __slots__ = ("key", "state", "boundary_index", "parked_state", "receipt")
+
+    def __init__(self, key: ExecutionKey) -> None:
+        self.key = key
+        self.state = ExecutionState.RUNNING
+        self.boundary_index = -1  # no boundary recorded yet
+        self.parked_state: ParkedBoundaryState | None = None
+        self.receipt: CompletionReceipt | None = None
+
+
+class RunRefused(Exception):
+    """A /run the agent refused (admission closed, or a retired attempt)."""
+
+    def __init__(self, code: ErrorCode, detail: str) -> None:
+        self.code = code
+        super().__init__(detail)
+
+
+class AgentParticipant(Participant):
+    kind = ParticipantKind.AGENT
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self._executions: dict[ExecutionKey, _Execution] = {}
+        self._generations: dict[EpisodeId, int] = {}
+        self._count: Counter[str] = Counter()
+        self.released: list[ExecutionKey] = []  # resumed by the last admission reopening
+
+    # -- counters -----------------------------------------------------------------------------
+    def _bucket(self, ex: _Execution) -> str | None:
+        if ex.state is ExecutionState.PARKED:
+            return ex.parked_state.value  # type: ignore[union-attr]
+        if ex.state is ExecutionState.COMPLETED:
+            return "completed_unacknowledged" if ex.receipt is not None else None
+        if ex.state is ExecutionState.RETIRED:
+            return None
+        return ex.state.value
+
+    def _move(self, ex: _Execution, state: ExecutionState,
+              parked: ParkedBoundaryState | None = None) -> None:
+        if ex.state is ExecutionState.RETIRED or (
+                ex.state is ExecutionState.COMPLETED and state is not ExecutionState.COMPLETED):
+            raise ModelInvariantError(f"{ex.key} is {ex.state}; it cannot become {state}")
+        old = self._bucket(ex)
+        if old is not None:
+            self._count[old] -= 1
+        ex.state, ex.parked_state = state, parked
+        new = self._bucket(ex)
+        if new is not None:
+            self._count[new] += 1
+
+    def state_of(self, key: ExecutionKey) -> ExecutionState:
+        return self._executions[key].state
+
+    def parked_state_of(self, key: ExecutionKey) -> ParkedBoundaryState | None:
+        return self._executions[key].parked_state
+
+    def boundary_of(self, key: ExecutionKey) -> int:
+        return self._executions[key].boundary_index
+
+    # -- the agent's own operations -----------------------------------------------------------
+    def begin_run(self, episode: EpisodeId) -> ExecutionKey:
+        if self.is_retired(episode):
+            raise RunRefused(ErrorCode.STALE_ATTEMPT, f"{episode.capture_key} is retired")
+        if not self.admission_open:
+            raise RunRefused(ErrorCode.ADMISSION_CLOSED, "agent admission is closed")
+        gen = self._generations.get(episode, -1) + 1
+        self._generations[episode] = gen
+        key = ExecutionKey(episode.rollout_id, episode.attempt, gen)
+        ex = self._executions[key] = _Execution(key)
+        self._count[ExecutionState.RUNNING.value] += 1
+        return key
+
+    def record_boundary(self, key: ExecutionKey) -> bool:
+        """A turn boundary was committed. False when the execution must park here."""
+        ex = self._executions[key]
+        if ex.state is ExecutionState.RETIRED:
+            return False
+        ex.boundary_index += 1
+        if ex.state is ExecutionState.PARK_REQUESTED:
+            self._move(ex, ExecutionState.PARKED, ParkedBoundaryState.WITH_BOUNDARY)
+            return False
+        return True
+
+    def park_now(self, key: ExecutionKey) -> ParkedBoundaryState:
+        """Park a park-requested execution that is waiting on an undelivered model call (or
+        still seeding): it holds at its last boundary, or without one if it has none."""
+        ex = self._executions[key]
+        if ex.state is not ExecutionState.PARK_REQUESTED:
+            raise ModelInvariantError(f"{key} is {ex.state}, not park_requested")
+        state = (ParkedBoundaryState.WITH_BOUNDARY if ex.boundary_index >= 0
+                 else ParkedBoundaryState.WITHOUT_BOUNDARY)
+        self._move(ex, ExecutionState.PARKED, state)
+        return state
+
+    def complete(self, key: ExecutionKey, result: str) -> CompletionReceipt:
+        ex = self._executions[key]
+        if ex.state not in (ExecutionState.RUNNING, ExecutionState.PARK_REQUESTED):
+            raise ModelInvariantError(f"{key} cannot complete from {ex.state}")
+        digest = hashlib.sha256(result.encode()).hexdigest()
+        ex.receipt = CompletionReceipt(key.rollout_id, key.attempt, key.generation,
+                                       f"{key.episode.capture_key}.g{key.generation}", digest)
+        self._move(ex, ExecutionState.COMPLETED)
+        return ex.receipt
+
+    def fail(self, key: ExecutionKey) -> None:
+        """The run ended with an error: nothing is kept, nothing to acknowledge."""
+        ex = self._executions[key]
+        if ex.state in (ExecutionState.RUNNING, ExecutionState.PARK_REQUESTED):
+            self._move(ex, ExecutionState.RETIRED)
+
+    def acknowledge(self, receipts: list[CompletionReceipt]) -> int:
+        """``acknowledge-completed``: release each completed run whose receipt matches."""
+        released = 0
+        for r in receipts:
+            ex = self._executions.get(ExecutionKey(r.rollout_id, r.attempt_index,
+                                                   r.execution_generation))
+            if ex is None or ex.receipt != r:
+                continue
+            self._count["completed_unacknowledged"] -= 1
+            ex.receipt = None
+            released += 1
+        return released
+
+    def completion_receipt(self, key: ExecutionKey) -> CompletionReceipt | None:
+        return self._executions[key].receipt
+
+    # -- protocol hooks -----------------------------------------------------------------------
+    def _on_close_admission(self) -> None:
+        for ex in self._executions.values():
+            if ex.state is ExecutionState.RUNNING:
+                self._move(ex, ExecutionState.PARK_REQUESTED)
+
+    def _on_open_admission(self) -> None:
+        released = []
+        for ex in self._executions.values():
+            if ex.state in (ExecutionState.PARKED, ExecutionState.PARK_REQUESTED):
+                self._move(ex, ExecutionState.RUNNING)
+                released.append(ex.key)
+        self.released = released
+
+    def park_requested(self) -> list[ExecutionKey]:
+        return [k for k, ex in self._executions.items()
+                if ex.state is ExecutionState.PARK_REQUESTED]
+
+    def counts(self) -> dict[str, int]:
+        c = self._count
+        return {"running": c["running"] + c["park_requested"],
+                "parked_with_boundary": c[ParkedBoundaryState.WITH_BOUNDARY.value],
+                "parked_without_boundary": c[ParkedBoundaryState.WITHOUT_BOUNDARY.value],
+                "completed_unacknowledged": c["completed_unacknowledged"]}
+
+    def is_ready(self) -> bool:
+        c = self._count
+        return (c["running"] == 0 and c["park_requested"] == 0
+                and c[ParkedBoundaryState.WITHOUT_BOUNDARY.value] == 0
+                and c["completed_unacknowledged"] == 0)
+
+    def report(self) -> Report:
+        blockers = sorted(
+            ex.key.episode.capture_key for ex in self._executions.values()
+            if ex.state in (ExecutionState.RUNNING, ExecutionState.PARK_REQUESTED)
+            or ex.parked_state is ParkedBoundaryState.WITHOUT_BOUNDARY
+            or (ex.state is ExecutionState.COMPLETED and ex.receipt is not None))
+        return Report(ready=self.is_ready(), blockers=tuple(blockers[:MAX_BLOCKERS]),
+                      blocker_count=len(blockers), counts=self.counts())
+
+    def _retire(self, episodes: tuple[EpisodeId, ...]) -> dict[str, Any]:
+        retired, refused = [], []
+        receipts: list[CompletionReceipt] = []
+        targets = {e.rollout_id for e in episodes}
+        for ex in self._executions.values():
+            if ex.key.rollout_id not in targets or not self.is_retired(ex.key.episode):
+                continue
+            if ex.state is ExecutionState.COMPLETED:
+                if ex.receipt is not None:  # a finished run cannot be retired
+                    refused.append(ex.key.episode.capture_key)
+                    receipts.append(ex.receipt)
+            elif ex.state is not ExecutionState.RETIRED:
+                self._move(ex, ExecutionState.RETIRED)
+                retired.append(ex.key)
+        return {"retired": tuple(retired), "completed_unacknowledged": tuple(refused),
+                "receipts": tuple(receipts)}
