@@ -1,0 +1,142 @@
+"""Spans out of a replay: through the real OTel SDK, with explicit timestamps and seeded ids.
+
+Rule: nothing here reads the wall clock, the host or the process. Times are the virtual clock's
+seconds on a fixed virtual epoch; span and trace ids come from a seeded ``IdGenerator``; the
+resource of each simulated process is built without detectors (no hostname, pid or env). So the
+same scenario and seed give the same spans, ids included.
+
+Each simulated process (controller, each Gym server) gets its own ``TracerProvider`` and
+resource, as live telemetry would; they share one id generator and one synchronous collecting
+processor that hands full batches to an exporter (the in-process ``StoreSpanExporter`` for a
+run store; an OTLP exporter for a live collector in the wall-clock mode).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SpanExporter
+from opentelemetry.sdk.trace.id_generator import IdGenerator
+
+from rolloutscope.collectors.exporter import emit_open_marker
+from rolloutscope.collectors.vocabulary import Attr, ResourceAttr
+
+# 2026-09-01T00:00:00Z: a fixed epoch so a replay's times do not depend on when it ran
+VIRTUAL_EPOCH_NS = 1_788_220_800 * 1_000_000_000
+DEFAULT_BATCH = 8192
+
+
+class SeededIdGenerator(IdGenerator):
+    def __init__(self, seed: int) -> None:
+        self._rng = random.Random(f"rolloutscope-ids-{seed}")
+
+    def generate_span_id(self) -> int:
+        return self._rng.getrandbits(64) or 1
+
+    def generate_trace_id(self) -> int:
+        return self._rng.getrandbits(128) or 1
+
+    def is_trace_id_random(self) -> bool:
+        return True
+
+
+class _BatchingProcessor(SpanProcessor):
+    """Synchronous: ended spans go to the exporter in the engine's thread, in end order."""
+
+    def __init__(self, exporter: SpanExporter, batch: int) -> None:
+        self._exporter = exporter
+        self._batch = batch
+        self._pending: list[ReadableSpan] = []
+        self.exported = 0
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self._pending.append(span)
+        if len(self._pending) >= self._batch:
+            self.force_flush()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        if self._pending:
+            spans, self._pending = self._pending, []
+            self._exporter.export(spans)
+            self.exported += len(spans)
+        return True
+
+    def shutdown(self) -> None:
+        self.force_flush()
+
+
+class Telemetry:
+    """Span helpers over per-service tracers; tracks open spans so the end can mark them."""
+
+    def __init__(self, *, exporter: SpanExporter, run_id: str, scenario: str, seed: int,
+                 batch: int = DEFAULT_BATCH) -> None:
+        self._ids = SeededIdGenerator(seed)
+        self._processor = _BatchingProcessor(exporter, batch)
+        self._run_id = run_id
+        self._scenario = scenario
+        self._tracers: dict[str, trace.Tracer] = {}
+        self._providers: list[TracerProvider] = []
+        self._open: dict[int, Span] = {}
+
+    def tracer(self, service: str) -> trace.Tracer:
+        tracer = self._tracers.get(service)
+        if tracer is None:
+            resource = Resource({ResourceAttr.SERVICE_NAME: service,
+                                 ResourceAttr.RUN_ID: self._run_id})
+            provider = TracerProvider(resource=resource, id_generator=self._ids,
+                                      shutdown_on_exit=False)
+            provider.add_span_processor(self._processor)
+            self._providers.append(provider)
+            tracer = self._tracers[service] = provider.get_tracer("rolloutscope.replay")
+        return tracer
+
+    @staticmethod
+    def ns(t: float) -> int:
+        return VIRTUAL_EPOCH_NS + round(t * 1e9)
+
+    def start(self, service: str, name: str, t: float, attrs: Mapping[str, Any],
+              parent: Span | None = None) -> Span:
+        a = dict(attrs)
+        a[Attr.REPLAY_SCENARIO] = self._scenario
+        ctx = trace.set_span_in_context(parent) if parent is not None else None
+        span = self.tracer(service).start_span(name, context=ctx, attributes=a,
+                                               start_time=self.ns(t))
+        self._open[id(span)] = span
+        return span
+
+    def end(self, span: Span, t: float, attrs: Mapping[str, Any] | None = None) -> None:
+        if attrs:
+            span.set_attributes(attrs)
+        self._open.pop(id(span), None)
+        span.end(end_time=self.ns(t))
+
+    def event(self, span: Span, name: str, t: float,
+              attrs: Mapping[str, Any] | None = None) -> None:
+        span.add_event(name, attributes=attrs, timestamp=self.ns(t))
+
+    def instant(self, service: str, name: str, t: float, attrs: Mapping[str, Any],
+                parent: Span | None = None,
+                events: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> Span:
+        span = self.start(service, name, t, attrs, parent)
+        for ev_name, ev_attrs in events:
+            self.event(span, ev_name, t, ev_attrs)
+        self.end(span, t)
+        return span
+
+    @property
+    def exported(self) -> int:
+        return self._processor.exported
+
+    def finish(self) -> int:
+        """Mark every still-open interval (so views show it open), then flush. Returns count."""
+        open_spans = list(self._open.values())
+        for span in open_spans:
+            emit_open_marker(self.tracer(span.resource.attributes[ResourceAttr.SERVICE_NAME]),
+                             span)
+        self._processor.force_flush()
+        return len(open_spans)
