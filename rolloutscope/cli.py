@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "rolloutscope.cli",
     "rolloutscope.collectors.cli",
     "rolloutscope.dashboard.cli",
+    "rolloutscope.replay.cli",
 )
 
 

@@ -1,0 +1,39 @@
+"""Built-in scenarios: each reproduces an incident pattern (DOMAIN.md §5) with its seed's numbers.
+
+Each builder's docstring cites its source and the numbers it uses. ``get(name)`` returns a
+validated ``Scenario``; ``names()`` lists them in the order ``rolloutscope scenario list`` prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rolloutscope.replay.errors import UnknownScenarioError
+from rolloutscope.replay.scenario import Scenario
+from rolloutscope.replay.scenarios import incidents
+
+_BUILDERS: dict[str, Callable[[], Scenario]] = {
+    "snapshot-outlasts-deadline": incidents.snapshot_outlasts_deadline,
+    "lost-reply": incidents.lost_reply,
+    "prepare-blocked-by-streaming": incidents.prepare_blocked_by_streaming,
+    "worker-lost-in-commit": incidents.worker_lost_in_commit,
+    "lease-expiry": incidents.lease_expiry,
+    "healthy-baseline": incidents.healthy_baseline,
+    "scale-16k": incidents.scale_16k,
+}
+
+
+def names() -> tuple[str, ...]:
+    return tuple(_BUILDERS)
+
+
+def get(name: str) -> Scenario:
+    builder = _BUILDERS.get(name)
+    if builder is None:
+        raise UnknownScenarioError(name, names())
+    return builder()
+
+
+def summary(name: str) -> str:
+    doc = (_BUILDERS[name].__doc__ or "").strip()
+    return doc.splitlines()[0] if doc else ""
