@@ -82,6 +82,7 @@ class Telemetry:
         self._tracers: dict[str, trace.Tracer] = {}
         self._providers: list[TracerProvider] = []
         self._open: dict[int, Span] = {}
+        self._contexts: dict[int, Any] = {}  # open span -> the context that makes it a parent
 
     def tracer(self, service: str) -> trace.Tracer:
         tracer = self._tracers.get(service)
@@ -103,7 +104,13 @@ class Telemetry:
               parent: Span | None = None) -> Span:
         a = dict(attrs)
         a[Attr.REPLAY_SCENARIO] = self._scenario
-        ctx = trace.set_span_in_context(parent) if parent is not None else None
+        ctx = None
+        if parent is not None:
+            ctx = self._contexts.get(id(parent))
+            if ctx is None:
+                ctx = trace.set_span_in_context(parent)
+                if id(parent) in self._open:  # cached only while the parent is open
+                    self._contexts[id(parent)] = ctx
         span = self.tracer(service).start_span(name, context=ctx, attributes=a,
                                                start_time=self.ns(t))
         self._open[id(span)] = span
@@ -113,6 +120,7 @@ class Telemetry:
         if attrs:
             span.set_attributes(attrs)
         self._open.pop(id(span), None)
+        self._contexts.pop(id(span), None)
         span.end(end_time=self.ns(t))
 
     def event(self, span: Span, name: str, t: float,

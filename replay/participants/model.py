@@ -185,8 +185,9 @@ class ModelParticipant(Participant):
         self.cuts.clear()
 
     def is_ready(self) -> bool:
-        # a worker that disconnected during prepare never reports: it blocks readiness
-        return self._streaming == 0 and self._expected <= self.live_workers
+        # a worker that disconnected before it reported never reports: it blocks readiness;
+        # one lost after reporting fails the export instead
+        return self._streaming == 0 and self._expected - self._reported <= self.live_workers
 
     def counts(self) -> dict[str, int]:
         held = sum(1 for c in self._calls.values() if c.state is CallState.HELD)
@@ -199,7 +200,7 @@ class ModelParticipant(Participant):
     def report(self) -> Report:
         blockers = sorted(c.episode.capture_key for c in self._calls.values()
                           if c.state is CallState.STREAMING)
-        missing = sorted(self._expected - self.live_workers)
+        missing = sorted(self._expected - self._reported - self.live_workers)
         blockers += [f"worker-{w}" for w in missing]
         return Report(ready=self.is_ready(), blockers=tuple(blockers[:MAX_BLOCKERS]),
                       blocker_count=len(blockers), counts=self.counts())

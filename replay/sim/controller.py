@@ -180,12 +180,20 @@ class ControllerSide:
         g = t.group
         for r in rows:
             run = w.gym.start_run(t, prompt_idx=g.prompt.idx, row_idx=r, rl_attempt=t.index,
-                                  episode=EpisodeId(f"{g.rollout_id}-{r}", g.episode_attempt[r]),
+                                  episode=EpisodeId(self._row_rollout_id(t, r),
+                                                    g.episode_attempt[r]),
                                   row=g.prompt.rows[r], parent=t.rows_span)
             if run is not None:
                 t.runs.append(run)
             if t.ended:
                 return
+
+    @staticmethod
+    def _row_rollout_id(t: RLTry, row: int) -> str:
+        # a row re-dispatched within the same try is a fresh Gym rollout: the completions view
+        # joins on (rollout id, RL attempt), which must tell the two executions apart
+        base = f"{t.group.rollout_id}-{row}"
+        return base if t.rows.row_attempt == 1 else f"{base}.r{t.rows.row_attempt}"
 
     # -- deadlines --------------------------------------------------------------------------------
     def _arm(self, t: RLTry) -> None:

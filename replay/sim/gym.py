@@ -289,8 +289,7 @@ class GymSide:
             run = self.runs.get(key)
             if run is None:
                 continue
-            if run.parked_span is not None:
-                self.w.tel.event(run.parked_span, EventName.AGENT_RELEASED, now)
+            if run.parked_span is not None:  # its end is the release: no separate event
                 self.w.tel.end(run.parked_span, now)
                 run.parked_span = None
             if run.activity is Activity.PARKED:
