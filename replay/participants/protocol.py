@@ -300,9 +300,10 @@ class Participant:
         if self.lease_expires_at is None or self.clock.now() < self.lease_expires_at:
             return False
         ck, phase = self.checkpoint_id, self.phase
+        # detail is the phase the lease expired in (the participant logs "checkpoint %s lease
+        # expired in phase %s; resuming %s")
         self.notes.append(Note(NoteKind.LEASE_EXPIRED, self.clock.now(), ck,
-                               detail=f"checkpoint {ck} lease expired in phase {phase}; "
-                                      f"resuming {self.instance}"))
+                               detail=CheckpointPhase(phase).value))
         self._transition(CheckpointPhase.IDLE, ck)
         return True
 
