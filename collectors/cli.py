@@ -54,18 +54,36 @@ def config_from_args(args: argparse.Namespace) -> CollectorConfig:
         raise UsageError(str(exc)) from None
 
 
-async def _serve(config: CollectorConfig) -> None:
+DASHBOARD_READY_PREFIX = "rolloutscope dashboard ready "
+
+
+async def _serve(config: CollectorConfig, *, dashboard_port: int | None) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    service = CollectorService(config)
+    dashboard = None
 
-    def ready(endpoints: Endpoints) -> None:
+    async def ready(endpoints: Endpoints) -> None:
+        nonlocal dashboard
         # one machine-readable line; tests and scripts wait for it
         print(f"{READY_PREFIX}http={endpoints.http} grpc={endpoints.grpc} db={config.db_path}",
               flush=True)
+        if dashboard_port is not None:
+            # the live dashboard reads the store in this process: DuckDB admits no second
+            # process while the collector writes. It always binds loopback (it has no token).
+            from rolloutscope.dashboard.app import start_dashboard
 
-    await CollectorService(config).run(stop, on_ready=ready)
+            dashboard = await asyncio.to_thread(start_dashboard, service.store,
+                                                port=dashboard_port, live=True)
+            print(f"{DASHBOARD_READY_PREFIX}{dashboard.url}", flush=True)
+
+    try:
+        await service.run(stop, on_ready=ready)
+    finally:
+        if dashboard is not None:
+            dashboard.stop()
     print("rolloutscope collector stopped; everything received is committed", flush=True)
 
 
@@ -74,7 +92,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        asyncio.run(_serve(config))
+        asyncio.run(_serve(config, dashboard_port=None if args.no_dashboard
+                           else args.dashboard_port))
     except OSError as exc:
         raise UsageError(f"cannot listen on {config.host}: {exc}") from None
     return 0
@@ -104,4 +123,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="rows waiting for commit before senders get 429 / RESOURCE_EXHAUSTED")
     p.add_argument("--retry-after-s", type=float, default=CollectorConfig.retry_after_s)
     p.add_argument("--query-timeout-s", type=float, default=QueryLimits().timeout_s)
+    p.add_argument("--dashboard-port", type=_port, default=5006,
+                   help="live dashboard on 127.0.0.1 at this port (0 picks a free one)")
+    p.add_argument("--no-dashboard", action="store_true", help="collect only")
     p.set_defaults(handler=cmd_serve)

@@ -42,6 +42,22 @@ class Collector:
                 return int(line.split()[1]) * 1024
         raise RuntimeError("no VmRSS")
 
+    def wait_for_line(self, prefix: str, timeout_s: float = START_DEADLINE_S) -> str:
+        """The next output line starting with ``prefix`` (waits with a deadline)."""
+        selector = selectors.DefaultSelector()
+        selector.register(self.process.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not selector.select(timeout=max(0.0, deadline - time.monotonic())):
+                continue
+            line = self.process.stdout.readline()
+            if not line:
+                break
+            self.output.append(line)
+            if line.startswith(prefix):
+                return line
+        raise AssertionError(f"no line starting {prefix!r}: {''.join(self.output)}")
+
     def alive(self) -> bool:
         return self.process.poll() is None
 
@@ -59,7 +75,8 @@ class Collector:
 
 def serve_command(db: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "rolloutscope", "serve", "--db", str(db),
-            "--otlp-http-port", "0", "--otlp-grpc-port", "0", *extra]
+            "--otlp-http-port", "0", "--otlp-grpc-port", "0", *extra,
+            *(() if "--dashboard-port" in extra else ("--no-dashboard",))]
 
 
 def start_collector(db: Path, *extra: str, token: str | None = None) -> Collector:
