@@ -63,20 +63,38 @@ def promoted(attrs: Mapping[str, Any]) -> tuple[Any, Any, Any, Any, Any, Any]:
     attempt = get(Attr.RL_ATTEMPT)
     if attempt is None:
         attempt = get(Attr.EPISODE_ATTEMPT)
+    prompt_idx = get(Attr.PROMPT_IDX)
+    shard_idx = get(Attr.SHARD_IDX)
+    # ``type(x) is int`` first: the usual case, and it excludes bool as _int_or_none does
     return (
         None if rollout_id is None else str(rollout_id),
-        _int_or_none(attempt),
-        _int_or_none(get(Attr.PROMPT_IDX)),
+        attempt if type(attempt) is int else _int_or_none(attempt),
+        prompt_idx if type(prompt_idx) is int else _int_or_none(prompt_idx),
         get(Attr.CHECKPOINT_ID),
         get(Attr.CK_PARTICIPANT_KIND),
-        _int_or_none(get(Attr.SHARD_IDX)),
+        shard_idx if type(shard_idx) is int else _int_or_none(shard_idx),
     )
+
+
+_NOT_PROMOTED = (None, None, None, None, None, None)
+# Every key that changes a span's row beyond its attributes JSON. Most spans carry none of
+# them, and one ``isdisjoint`` (a C loop over the span's keys) lets those skip the lookups.
+_ROW_KEYS = frozenset((
+    Attr.ROLLOUT_ID, Attr.EPISODE_ROLLOUT_ID, Attr.RL_ATTEMPT, Attr.EPISODE_ATTEMPT,
+    Attr.PROMPT_IDX, Attr.CHECKPOINT_ID, Attr.CK_PARTICIPANT_KIND, Attr.SHARD_IDX,
+    Attr.RUN_ID, Attr.OPEN_MARKER_FOR,
+))
+_MARKER_KEYS = (Attr.OPEN_MARKER_FOR, Attr.OPEN_MARKER_PARENT)
 
 
 class RowBatch:
     """Rows for several tables, each kept as a list of tuples in the table's column order
     (one append per row; the transpose to columns happens once, in C, in ``arrow``).
-    Not thread-safe; hand it to the writer whole."""
+    Not thread-safe; hand it to the writer whole.
+
+    ``append_span`` is the entry point the exporter and the OTLP decoder share (positional,
+    no copies); ``add_span`` is its keyword form for everyone else.
+    """
 
     __slots__ = ("tables", "rows")
 
@@ -90,6 +108,51 @@ class RowBatch:
             rows = self.tables[table] = []
         return rows
 
+    def append_span(
+        self, run_id: str | None, trace_id: str, span_id: str, parent_span_id: str | None,
+        name: str, kind: str, service: str | None, start_ns: int, end_ns: int | None,
+        status_code: str, status_message: str | None, attributes: dict[str, Any],
+        resource_json: str | None, scope: str | None,
+        events: Iterable[tuple[str, int, Mapping[str, Any]]] | None = None,
+        links: Iterable[tuple[str, str, Mapping[str, Any]]] | None = None,
+    ) -> None:
+        """``add_span`` for the hot paths: positional, and ``attributes`` must be a plain
+        ``dict`` that the caller hands over (it is read, never modified)."""
+        if _ROW_KEYS.isdisjoint(attributes):
+            promo = _NOT_PROMOTED
+        else:
+            promo = promoted(attributes)
+            run_id = attributes.get(Attr.RUN_ID, run_id)
+            marker_for = attributes.get(Attr.OPEN_MARKER_FOR)
+            if marker_for is not None:
+                # filed under the id of the span it opens, with no end; its events and links
+                # arrive with the finished span
+                self._rows("open_spans").append((
+                    run_id, trace_id, str(marker_for), attributes.get(Attr.OPEN_MARKER_PARENT),
+                    name, kind, service, start_ns, None, status_code, status_message, *promo,
+                    attributes_json({k: v for k, v in attributes.items()
+                                     if k not in _MARKER_KEYS}),
+                    resource_json, scope))
+                self.rows += 1
+                return
+        self._rows("spans").append((
+            run_id, trace_id, span_id, parent_span_id, name, kind, service, start_ns, end_ns,
+            status_code, status_message, *promo, attributes_json(attributes), resource_json,
+            scope))
+        self.rows += 1
+        if events:
+            keys = (promo[0], promo[1], promo[2], promo[3], promo[5])
+            for ev_name, ts_ns, ev_attrs in events:
+                self.add_event(run_id=run_id, trace_id=trace_id, span_id=span_id,
+                               span_name=name, name=ev_name, ts_ns=ts_ns, attributes=ev_attrs,
+                               inherited=keys)
+        if links:
+            lrows = self._rows("span_links")
+            for linked_trace, linked_span, link_attrs in links:
+                lrows.append((run_id, trace_id, span_id, linked_trace, linked_span,
+                              attributes_json(link_attrs)))
+                self.rows += 1
+
     def add_span(
         self, *, run_id: str | None, trace_id: str, span_id: str, parent_span_id: str | None,
         name: str, kind: str, service: str | None, start_ns: int, end_ns: int | None,
@@ -100,37 +163,10 @@ class RowBatch:
     ) -> None:
         """One span. A span carrying ``Attr.OPEN_MARKER_FOR`` is the start marker of the span
         whose id it names, and lands in ``open_spans`` under that id with no end."""
-        if type(attributes) is not dict:
-            attributes = dict(attributes)
-        promo = promoted(attributes)
-        run_id = attributes.get(Attr.RUN_ID, run_id)
-        marker_for = attributes.get(Attr.OPEN_MARKER_FOR)
-        if marker_for is not None:
-            table, span_id, end_ns = "open_spans", str(marker_for), None
-            parent_span_id = attributes.get(Attr.OPEN_MARKER_PARENT)
-            attributes = {k: v for k, v in attributes.items()
-                          if k not in (Attr.OPEN_MARKER_FOR, Attr.OPEN_MARKER_PARENT)}
-        else:
-            table = "spans"
-        self._rows(table).append((
-            run_id, trace_id, span_id, parent_span_id, name, kind, service, start_ns, end_ns,
-            status_code, status_message, *promo, attributes_json(attributes), resource_json,
-            scope))
-        self.rows += 1
-        if marker_for is not None:
-            return  # a marker's events and links arrive with the finished span
-        if events:
-            inherited = (promo[0], promo[1], promo[2], promo[3], promo[5])
-            for ev_name, ts_ns, ev_attrs in events:
-                self.add_event(run_id=run_id, trace_id=trace_id, span_id=span_id,
-                               span_name=name, name=ev_name, ts_ns=ts_ns, attributes=ev_attrs,
-                               inherited=inherited)
-        if links:
-            lrows = self._rows("span_links")
-            for linked_trace, linked_span, link_attrs in links:
-                lrows.append((run_id, trace_id, span_id, linked_trace, linked_span,
-                              attributes_json(link_attrs)))
-                self.rows += 1
+        self.append_span(run_id, trace_id, span_id, parent_span_id, name, kind, service,
+                         start_ns, end_ns, status_code, status_message,
+                         attributes if type(attributes) is dict else dict(attributes),
+                         resource_json, scope, events, links)
 
     def add_event(
         self, *, run_id: str | None, trace_id: str, span_id: str, span_name: str, name: str,
