@@ -21,6 +21,8 @@ from collections import deque
 from dataclasses import dataclass
 
 import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from rolloutscope.collectors.store.errors import QueueFullError, StoreError, translate
 from rolloutscope.collectors.store.rows import RowBatch
@@ -88,6 +90,9 @@ class StoreWriter:
         self._submitted_seq = 0
         self._committed_seq = 0  # every batch with seq <= this is committed or failed
         self._open_markers = self._con.execute("SELECT count(*) FROM open_spans").fetchall()[0][0]
+        # run_id -> (first, last) seen that this writer has committed to ``runs``: the stored
+        # bounds cover these, so a commit inside them need not touch the row
+        self._run_bounds: dict[str, tuple[int, int]] = {}
         self._thread = threading.Thread(target=self._run, name="rolloutscope-store-writer",
                                         daemon=True)
         self._thread.start()
@@ -203,36 +208,88 @@ class StoreWriter:
             for b in batches:
                 merged.extend(b)
         con = self._con
+        seen: dict[str, tuple[int, int]] = {}
         con.execute("BEGIN")
         for table in BATCH_TABLES:
             arrow = merged.arrow(table)
             if arrow is None:
                 continue
-            con.register("_rs_batch", arrow)
-            try:
-                if table == "spans" and self._open_markers:
-                    # the span ended: its start marker is no longer an open interval
-                    deleted = con.execute(
-                        "DELETE FROM open_spans o USING _rs_batch b "
-                        "WHERE o.span_id = b.span_id AND o.trace_id = b.trace_id").fetchall()
-                    self._open_markers -= deleted[0][0] if deleted else 0
-                con.execute(f"INSERT INTO {table} SELECT * FROM _rs_batch")  # noqa: S608 - allowlisted
-                if table == "open_spans":
-                    self._open_markers += arrow.num_rows
-                if table in ("spans", "open_spans"):
-                    con.execute(
-                        """INSERT INTO runs (run_id, source, first_seen_ns, last_seen_ns)
-                           SELECT run_id, 'live', min(start_ns), max(coalesce(end_ns, start_ns))
-                           FROM _rs_batch WHERE run_id IS NOT NULL GROUP BY run_id
-                           ON CONFLICT (run_id) DO UPDATE SET
-                             first_seen_ns = least(coalesce(runs.first_seen_ns, excluded.first_seen_ns),
-                                                   excluded.first_seen_ns),
-                             last_seen_ns = greatest(coalesce(runs.last_seen_ns, excluded.last_seen_ns),
-                                                     excluded.last_seen_ns)""")
-            finally:
-                con.unregister("_rs_batch")
+            if table == "spans" and self._open_markers:
+                self._open_markers -= self._delete_markers_of(arrow)
+            # a relation over the Arrow table: no named registration to create and drop
+            con.from_arrow(arrow).insert_into(table)
+            if table == "open_spans":
+                self._open_markers += arrow.num_rows
+            if table in ("spans", "open_spans"):
+                for run_id, (first, last) in _run_bounds(arrow).items():
+                    known = seen.get(run_id)
+                    seen[run_id] = (first, last) if known is None else (
+                        min(first, known[0]), max(last, known[1]))
+        self._record_run_bounds(seen)
         con.execute("COMMIT")
+        self._run_bounds.update(seen)  # only now: a rolled-back commit widened nothing
         self.stats.last_commit_ms = (time.perf_counter() - t0) * 1000
+
+    def _delete_markers_of(self, spans: pa.Table) -> int:
+        """Drop the start markers of spans that ended; returns how many there were."""
+        con = self._con
+        con.register("_rs_ended", spans)
+        try:
+            deleted = con.execute(
+                "DELETE FROM open_spans o USING _rs_ended b "
+                "WHERE o.span_id = b.span_id AND o.trace_id = b.trace_id").fetchall()
+        finally:
+            con.unregister("_rs_ended")
+        return deleted[0][0] if deleted else 0
+
+    def _record_run_bounds(self, seen: dict[str, tuple[int, int]]) -> None:
+        """Widen each run's first/last seen to cover this commit.
+
+        A run whose bounds this writer already wrote and that the commit does not widen costs
+        nothing; a known run costs a keyed UPDATE; only a run new to this writer pays for the
+        upsert (it may exist already, registered or written by an earlier session)."""
+        con = self._con
+        for run_id, (first, last) in seen.items():
+            known = self._run_bounds.get(run_id)
+            if known is None:
+                con.execute(
+                    """INSERT INTO runs (run_id, source, first_seen_ns, last_seen_ns)
+                       VALUES (?, 'live', ?, ?)
+                       ON CONFLICT (run_id) DO UPDATE SET
+                         first_seen_ns = least(coalesce(runs.first_seen_ns,
+                                                        excluded.first_seen_ns),
+                                               excluded.first_seen_ns),
+                         last_seen_ns = greatest(coalesce(runs.last_seen_ns,
+                                                          excluded.last_seen_ns),
+                                                 excluded.last_seen_ns)""",
+                    [run_id, first, last])
+            elif first < known[0] or last > known[1]:
+                con.execute(
+                    """UPDATE runs SET first_seen_ns = least(first_seen_ns, $first),
+                                       last_seen_ns = greatest(last_seen_ns, $last)
+                       WHERE run_id = $run_id""",
+                    {"run_id": run_id, "first": first, "last": last})
+            else:
+                continue
+            if known is not None:
+                seen[run_id] = (min(first, known[0]), max(last, known[1]))
+
+
+def _run_bounds(rows: pa.Table) -> dict[str, tuple[int, int]]:
+    """run_id -> (earliest start, latest end or start) of a spans / open_spans table, in Arrow
+    compute: one run per batch is the rule, so that case skips the group-by."""
+    run_ids = rows.column("run_id")
+    starts = rows.column("start_ns")
+    ends = pc.coalesce(rows.column("end_ns"), starts)
+    if run_ids.null_count == 0:
+        unique = pc.unique(run_ids)
+        if len(unique) == 1:
+            return {unique[0].as_py(): (pc.min(starts).as_py(), pc.max(ends).as_py())}
+    grouped = pa.table({"run_id": run_ids, "first": starts, "last": ends}).group_by(
+        "run_id").aggregate([("first", "min"), ("last", "max")])
+    return {run_id: (first, last) for run_id, first, last in zip(
+        grouped.column("run_id").to_pylist(), grouped.column("first_min").to_pylist(),
+        grouped.column("last_max").to_pylist(), strict=True) if run_id is not None}
 
 
 def _as_store_error(exc: Exception) -> StoreError:
