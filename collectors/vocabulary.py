@@ -81,6 +81,8 @@ class Attr:
     CK_DEADLINE_TS = "nemo.gym.checkpoint.deadline_ts"
     CK_LEASE_EXPIRES_AT = "nemo.gym.checkpoint.lease_expires_at"
     CK_EPISODE = "nemo.gym.checkpoint.episode"
+    CK_READY = "nemo.gym.checkpoint.ready"  # report.ready / ready_to_commit of a reply
+    CK_DETAIL = "nemo.gym.checkpoint.detail"  # the error body's detail text, on refusals
     CK_WORKERS_EXPECTED = "nemo.gym.checkpoint.workers.expected"
     CK_WORKERS_ACKED = "nemo.gym.checkpoint.workers.acknowledged"
     CK_COUNT_INFLIGHT = "nemo.gym.checkpoint.count.inflight"
@@ -106,6 +108,7 @@ class Attr:
     FLEET_REPORTED_FAILURES = "nemo.rl.gen_fleet.reported_failures"
     FLEET_RESTART_ATTEMPTS = "nemo.rl.gen_fleet.restart_attempts"
     FLEET_LAST_ERROR = "nemo.rl.gen_fleet.last_error"
+    FLEET_OPERATION = "nemo.rl.gen_fleet.operation"  # the fleet-health method an adapter saw
     FLEET_SERVING_SHARDS = "nemo.rl.gen_fleet.serving_shards"
     FLEET_MIN_HEALTHY_SHARDS = "nemo.rl.gen_fleet.min_healthy_shards"
     PROBE_OK = "nemo.rl.probe.ok"
@@ -117,6 +120,7 @@ class Attr:
     ROUTER_REFLEX_DROP = "nemo.rl.router.reflex_drop"
     ROUTER_FAILURE_COUNT = "nemo.rl.router.failure_count"
     HTTP_STATUS = "http.response.status_code"
+    EXCEPTION_MESSAGE = "exception.message"
     HTTP_METHOD = "http.request.method"
     HTTP_ROUTE = "http.route"
     URL_FULL = "url.full"
@@ -149,6 +153,14 @@ class Attr:
     ABORTED_STALE_INFLIGHT = "nemo.rl.aborted_stale_inflight_groups"
     ENV_NAME = "nemo.rl.env.name"
     ENV_PROBLEM = "nemo.rl.env.problem"
+    TRAIN_MAX_STEPS = "nemo.rl.train.max_steps"
+    TRAIN_LAG = "nemo.rl.train.lag"  # trainer version minus the oldest weights still in use
+    ROWS_TOTAL = "nemo.rl.rows.total"  # rows of the prompt group a re-dispatch belongs to
+    ROW_MAX_ATTEMPTS = "nemo.rl.row.max_attempts"
+    CONSECUTIVE_DROPS = "nemo.rl.rollout.consecutive_drops"
+    MAX_CONSECUTIVE_DROPS = "nemo.rl.rollout.max_consecutive_drops"
+    EPOCHS = "nemo.rl.epochs"
+    ROUTER_IGNORED_COUNT = "nemo.rl.router.ignored_urls.count"
 
     # Deadlines (DOMAIN.md §7.5)
     DEADLINE_ID = "nemo.rl.deadline.id"
@@ -187,6 +199,14 @@ class Attr:
     FAULT_KIND = "rolloutscope.fault.kind"
     FAULT_DETAIL = "rolloutscope.fault.detail"
 
+    # Imported logs: the raw line, where it came from, and the free text after what its event
+    # parses (OTel's log.* names where they exist).
+    LOG_ORIGINAL = "log.record.original"
+    LOG_FILE_NAME = "log.file.name"
+    LOG_LINE_NUMBER = "rolloutscope.import.line"
+    LOG_KIND = "rolloutscope.import.line_kind"  # which line grammar matched, or "unknown"
+    LOG_DETAIL = "nemo.rl.log.detail"
+
     # Open-interval start markers (see SpanName.OPEN_MARKER_SUFFIX below).
     OPEN_MARKER_FOR = "rolloutscope.open_marker_for"
     OPEN_MARKER_PARENT = "rolloutscope.open_marker_parent"
@@ -218,6 +238,14 @@ class SpanName:
     CK_WRITE = "gym.checkpoint.write"
     CK_READ = "gym.checkpoint.read"
     CK_INSTALL = "gym.checkpoint.install"
+    # a participant's GET /status (or the first generation's status long-poll), observed by
+    # the Gym middleware: the reply's CK_PHASE, CK_READY, blockers and report counters
+    CK_STATUS = "gym.checkpoint.status"
+    # first generation: agent acknowledge-completed; one gym.agent.acknowledged event per receipt
+    CK_ACKNOWLEDGE = "gym.checkpoint.acknowledge"
+    # a data-plane request (/ng-rollout/{id}/...) a participant refused with a protocol code:
+    # ROLLOUT_ID, EPISODE_*, HTTP_ROUTE, HTTP_STATUS; carries the gym.checkpoint.refused event
+    CK_REFUSED_REQUEST = "gym.checkpoint.refused_request"
     # admission closed -> reopened, per participant: CHECKPOINT_ID, CK_PARTICIPANT_KIND
     CK_OPEN = "gym.checkpoint.open"
     # controller: gym.checkpoint.coordinate.<op>, and .prepare.<kind> stage children
@@ -249,6 +277,9 @@ class SpanName:
     ROUTER_REQUEST = "rl.router.request"
     # a probe tick of the fleet probe pump (events per shard under it)
     FLEET_PROBE_TICK = "rl.gen_fleet.probe_tick"
+    # one fleet-health call an adapter recorded outside a probe tick (zero-length): SHARD_IDX,
+    # FLEET_OPERATION; carries that call's probe / reported-failure / transition events
+    FLEET_CALL = "rl.gen_fleet.call"
 
     # -- rollouts
     # one generate_and_push: PROMPT_IDX, ROLLOUT_ID, ROLLOUT_OUTCOME, infra/data attempts
@@ -262,6 +293,9 @@ class SpanName:
     RL_TRAIN_STEP = "rl.train_step"  # TRAIN_STEP
     RL_GYM_ACK = "rl.gym.ack"  # ACK_RECEIPTS, ACK_OUTCOME
     RL_STALL_WATCHDOG_TICK = "rl.stall_watchdog.tick"
+    # an instant standing for one imported controller log line whose live span cannot be known
+    # from the log (a row re-dispatch names no prompt); it carries that line's event
+    LOG_LINE = "rolloutscope.log_line"
     # a fault a replay injected, as a zero-length span at its instant: FAULT_KIND, FAULT_DETAIL,
     # SHARD_IDX / PROMPT_IDX / CHECKPOINT_ID of what it hit
     FAULT = "rolloutscope.fault"
@@ -306,6 +340,16 @@ class EventName:
     PROMPT_SKIPPED = "rl.rollout.prompt_skipped"
     STALL = "rl.stall"
     ENV_HEALTH_PROBLEM = "rl.env_health.problem"
+    PROMPT_SUBSTITUTED = "rl.rollout.prompt_substituted"  # TARGET_STEP, LOG_DETAIL
+    GROUP_CLEANUP_FAILED = "rl.rollout.group_cleanup_failed"  # GROUP_ID, EXCEPTION_MESSAGE
+    ROLLOUT_PUMP_STARTED = "rl.rollout_pump.started"
+    ROLLOUT_PUMP_COMPLETED = "rl.rollout_pump.completed"  # EPOCHS
+    WEIGHT_SYNC_ABORTED_STALE = "rl.weight_sync.aborted_stale_inflight"  # ABORTED_STALE_INFLIGHT
+    ROUTER_LISTENING = "rl.router.listening"  # URL_FULL
+    ROUTER_IGNORED_PUSH = "rl.router.ignored_push"  # ROUTER_IGNORED_COUNT, LOG_DETAIL
+    ROUTER_UPDATE_FAILED = "rl.router.update_failed"  # a probe tick's push/drain failed
+    ROUTER_METRICS_UNAVAILABLE = "rl.router.metrics_unavailable"  # the watchdog's fetch failed
+    GYM_ACK_RETRY = "rl.gym.ack_retry"  # completed-result ACKs retried before a prepare
 
     DEADLINE_START = "rl.deadline.start"
     DEADLINE_SUSPEND = "rl.deadline.suspend"
@@ -392,6 +436,14 @@ class ErrorCode(StrEnum):
     INVALID_ROLLOUT_ID = "invalid_rollout_id"
     LEASE_EXPIRED = "lease_expired"
     RESTART_IN_SCOPE = "restart_in_scope"
+    ROLLOUT_ID_REQUIRED = "rollout_id_required"
+    UNAUTHORIZED = "unauthorized"
+    INVALID_CHECKPOINT_STATE = "invalid_checkpoint_state"
+    # first protocol generation (DOMAIN.md §2.8, §2.10 [CK1])
+    AGENT_CHECKPOINT_ERROR = "agent_checkpoint_error"
+    AGENT_ADMISSION_CLOSED = "agent_admission_closed"
+    DUPLICATE_EXECUTION = "duplicate_execution"
+    NOT_A_POLICY_INSTANCE = "not_a_policy_instance"
 
 
 class ShardState(StrEnum):
