@@ -4,13 +4,33 @@
 -- flight is still a stall (the hung weight sync); an idle controller with no work left is not.
 -- The stretch runs from the last progress to the next (end_ns NULL if the run ended stalled);
 -- inflight is what was in flight when the watchdog's stall line became due.
+-- A run recorded without spans for one kind of progress (an imported logger's metrics) progresses
+-- when the watchdog's counters rollout/committed_total and rollout/train_steps move; its in-flight
+-- count is the stall line's, else the rollout/inflight sample due at the stall, and with no
+-- record of commits at all (a controller log alone) its committed count is the stall line's.
 CREATE OR REPLACE VIEW stall AS
-WITH progress AS (
+WITH counter_moves AS (
+    SELECT run_id, name, ts_ns,
+           CAST(value - coalesce(lag(value) OVER (PARTITION BY run_id, name ORDER BY ts_ns), 0)
+                AS BIGINT) AS delta
+    FROM metrics
+    WHERE name IN ('rollout/committed_total', 'rollout/train_steps') AND value IS NOT NULL
+),
+progress AS (
     SELECT run_id, end_ns AS t, 1 AS committed, 0 AS steps FROM rollout_attempts
     WHERE outcome = 'committed'
     UNION ALL
     SELECT run_id, end_ns, 0, 1 FROM all_spans
     WHERE name = 'rl.train_step' AND end_ns IS NOT NULL
+    UNION ALL
+    SELECT m.run_id, m.ts_ns, m.delta, 0 FROM counter_moves m
+    WHERE m.name = 'rollout/committed_total' AND m.delta > 0
+      AND NOT EXISTS (SELECT 1 FROM rollout_attempts a WHERE a.run_id = m.run_id)
+    UNION ALL
+    SELECT m.run_id, m.ts_ns, 0, m.delta FROM counter_moves m
+    WHERE m.name = 'rollout/train_steps' AND m.delta > 0
+      AND NOT EXISTS (SELECT 1 FROM all_spans s
+                      WHERE s.run_id = m.run_id AND s.name = 'rl.train_step')
     UNION ALL
     SELECT run_id, start_ns, 0, 0 FROM run_thresholds WHERE start_ns IS NOT NULL
 ),
@@ -53,10 +73,28 @@ SELECT
                 ELSE format(' (from {:.0f} s to {:.0f} s)',
                             (s.idle_since_ns - s.run_start_ns) / 1e9,
                             (s.next_t - s.run_start_ns) / 1e9) END,
-           (SELECT count(*) FROM rollout_attempts a
-            WHERE a.run_id = s.run_id AND a.start_ns <= s.due_ns
-              AND (a.end_ns IS NULL OR a.end_ns > s.due_ns)),
-           s.committed, s.steps,
+           CASE WHEN EXISTS (SELECT 1 FROM rollout_attempts a WHERE a.run_id = s.run_id)
+                THEN (SELECT count(*) FROM rollout_attempts a
+                      WHERE a.run_id = s.run_id AND a.start_ns <= s.due_ns
+                        AND (a.end_ns IS NULL OR a.end_ns > s.due_ns))
+                ELSE coalesce(
+                    (SELECT arg_min(TRY_CAST(e.attributes->>'nemo.rl.stall.inflight' AS BIGINT),
+                                    e.ts_ns)
+                     FROM span_events e
+                     WHERE e.run_id = s.run_id AND e.name = 'rl.stall'
+                       AND e.ts_ns BETWEEN s.idle_since_ns AND s.until_ns),
+                    (SELECT CAST(arg_max(m.value, m.ts_ns) AS BIGINT) FROM metrics m
+                     WHERE m.run_id = s.run_id AND m.name = 'rollout/inflight'
+                       AND m.ts_ns BETWEEN s.idle_since_ns AND s.due_ns),
+                    0) END,
+           CASE WHEN s.committed > 0 THEN s.committed
+                ELSE coalesce(
+                    (SELECT arg_min(TRY_CAST(e.attributes->>'nemo.rl.stall.committed' AS BIGINT),
+                                    e.ts_ns)
+                     FROM span_events e
+                     WHERE e.run_id = s.run_id AND e.name = 'rl.stall'
+                       AND e.ts_ns BETWEEN s.idle_since_ns AND s.until_ns), 0) END,
+           s.steps,
            CASE WHEN s.max_num_steps IS NULL THEN '' ELSE '/' || s.max_num_steps END,
            s.stall_timeout_s) AS summary,
     coalesce((SELECT list(e.span_id ORDER BY e.ts_ns) FROM span_events e
