@@ -20,6 +20,7 @@ from rolloutscope import __version__
 COMMAND_MODULES: tuple[str, ...] = (
     "rolloutscope.cli",
     "rolloutscope.collectors.cli",
+    "rolloutscope.collectors.importers.cli",
     "rolloutscope.dashboard.cli",
     "rolloutscope.replay.cli",
 )

@@ -1,0 +1,113 @@
+"""``rolloutscope import KIND FILE... --db RUN.duckdb``: the importers on the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from rolloutscope.cli import UsageError
+
+KINDS = ("rl-log", "rl-metrics", "otlp-json")
+
+
+def _start_ns(text: str | None) -> int | None:
+    from rolloutscope.collectors.importers.log_lines import parse_iso8601
+
+    if text is None:
+        return None
+    try:
+        return parse_iso8601(text)
+    except ValueError:
+        raise UsageError(f"--start {text!r} is not an ISO 8601 time") from None
+
+
+def _user_config(path: str | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        config = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--config {path}: {exc}") from None
+    if not isinstance(config, dict):
+        raise UsageError(f"--config {path}: must hold a JSON object")
+    return config
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from rolloutscope.collectors.importers.otlp_json import import_otlp_json
+    from rolloutscope.collectors.importers.report import ImportReport
+    from rolloutscope.collectors.importers.rl_log import NoTimestampsError, import_rl_log
+    from rolloutscope.collectors.importers.rl_metrics import (
+        MissingStartError,
+        import_rl_metrics,
+    )
+    from rolloutscope.collectors.importers.sink import ImportSink, default_run_id
+    from rolloutscope.collectors.store import RunStore
+
+    paths = [Path(p) for p in args.files]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise UsageError(f"no such file: {', '.join(missing)}")
+    start_ns = _start_ns(args.start)
+    user_config = _user_config(args.config)
+    with RunStore(args.db) as store:
+        run_id = args.run_id or default_run_id(store, paths[0])
+        report = ImportReport(kind=args.kind, run_id=run_id)
+        if args.kind == "otlp-json":
+            sinks = import_otlp_json(paths, store=store, default_run_id=run_id, report=report)
+            for sink in sinks.values():
+                sink.finish(kind=args.kind, derived_config={}, user_config=user_config,
+                            details={"files": report.files, "timestamps": "record"})
+            report.run_id = ", ".join(sorted(sinks)) or run_id
+        else:
+            sink = ImportSink(store, run_id)
+            try:
+                if args.kind == "rl-log":
+                    asm = import_rl_log(paths, sink=sink, report=report, start_ns=start_ns)
+                    derived, details = asm.derived_config, {"timestamps": asm.clock.mode}
+                else:
+                    modes = import_rl_metrics(paths, sink=sink, report=report,
+                                              start_ns=start_ns, interval_s=args.interval_s)
+                    derived, details = {}, {"timestamps": modes,
+                                            "interval_s": args.interval_s}
+            except (NoTimestampsError, MissingStartError) as exc:
+                raise UsageError(str(exc)) from None
+            if start_ns is not None:
+                details["start"] = args.start
+            sink.finish(kind=args.kind, derived_config=derived, user_config=user_config,
+                        details={"files": report.files, "lines": report.lines_read,
+                                 "unknown_lines": report.unknown_lines,
+                                 "bad_records": report.bad_count, **details})
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        print(report.summary())
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    imp = sub.add_parser(
+        "import", help="import a run that was not collected live: controller log, logger "
+                       "metrics or OTLP/JSON files",
+        description="Write FILEs into one run of a run store (source=import). rl-log: the RL "
+                    "controller's stdout; rl-metrics: TensorBoard event files or directories, "
+                    "or JSON lines; otlp-json: OTLP/JSON requests or SDK console spans, one per "
+                    "line. Bad lines are counted and reported, never fatal.")
+    imp.add_argument("kind", choices=KINDS, metavar="KIND", help=" | ".join(KINDS))
+    imp.add_argument("files", nargs="+", metavar="FILE", help="files, read in the order given")
+    imp.add_argument("--db", required=True, help="run store to write (.duckdb file or run dir)")
+    imp.add_argument("--run-id", help="run to write (default: the store's only run, else the "
+                                      "first file's name; otlp-json: for records without "
+                                      "nemo.run.id)")
+    imp.add_argument("--start", metavar="ISO8601",
+                     help="time of the first line/record when the file carries no times")
+    imp.add_argument("--interval-s", type=float, default=30.0,
+                     help="rl-metrics without times: seconds between records (default 30, the "
+                          "stall watchdog's interval)")
+    imp.add_argument("--config", metavar="JSON_FILE",
+                     help="config the run used (thresholds such as stall_timeout_s, "
+                          "max_num_steps), merged over what the files state")
+    imp.add_argument("--json", action="store_true", help="print the report as JSON")
+    imp.set_defaults(handler=cmd_import)
