@@ -81,6 +81,8 @@ class Attr:
     CK_DEADLINE_TS = "nemo.gym.checkpoint.deadline_ts"
     CK_LEASE_EXPIRES_AT = "nemo.gym.checkpoint.lease_expires_at"
     CK_EPISODE = "nemo.gym.checkpoint.episode"
+    CK_READY = "nemo.gym.checkpoint.ready"  # report.ready / ready_to_commit of a reply
+    CK_DETAIL = "nemo.gym.checkpoint.detail"  # the error body's detail text, on refusals
     CK_WORKERS_EXPECTED = "nemo.gym.checkpoint.workers.expected"
     CK_WORKERS_ACKED = "nemo.gym.checkpoint.workers.acknowledged"
     CK_COUNT_INFLIGHT = "nemo.gym.checkpoint.count.inflight"
@@ -106,6 +108,7 @@ class Attr:
     FLEET_REPORTED_FAILURES = "nemo.rl.gen_fleet.reported_failures"
     FLEET_RESTART_ATTEMPTS = "nemo.rl.gen_fleet.restart_attempts"
     FLEET_LAST_ERROR = "nemo.rl.gen_fleet.last_error"
+    FLEET_OPERATION = "nemo.rl.gen_fleet.operation"  # the fleet-health method an adapter saw
     FLEET_SERVING_SHARDS = "nemo.rl.gen_fleet.serving_shards"
     FLEET_MIN_HEALTHY_SHARDS = "nemo.rl.gen_fleet.min_healthy_shards"
     PROBE_OK = "nemo.rl.probe.ok"
@@ -235,6 +238,14 @@ class SpanName:
     CK_WRITE = "gym.checkpoint.write"
     CK_READ = "gym.checkpoint.read"
     CK_INSTALL = "gym.checkpoint.install"
+    # a participant's GET /status (or the first generation's status long-poll), observed by
+    # the Gym middleware: the reply's CK_PHASE, CK_READY, blockers and report counters
+    CK_STATUS = "gym.checkpoint.status"
+    # first generation: agent acknowledge-completed; one gym.agent.acknowledged event per receipt
+    CK_ACKNOWLEDGE = "gym.checkpoint.acknowledge"
+    # a data-plane request (/ng-rollout/{id}/...) a participant refused with a protocol code:
+    # ROLLOUT_ID, EPISODE_*, HTTP_ROUTE, HTTP_STATUS; carries the gym.checkpoint.refused event
+    CK_REFUSED_REQUEST = "gym.checkpoint.refused_request"
     # admission closed -> reopened, per participant: CHECKPOINT_ID, CK_PARTICIPANT_KIND
     CK_OPEN = "gym.checkpoint.open"
     # controller: gym.checkpoint.coordinate.<op>, and .prepare.<kind> stage children
@@ -266,6 +277,9 @@ class SpanName:
     ROUTER_REQUEST = "rl.router.request"
     # a probe tick of the fleet probe pump (events per shard under it)
     FLEET_PROBE_TICK = "rl.gen_fleet.probe_tick"
+    # one fleet-health call an adapter recorded outside a probe tick (zero-length): SHARD_IDX,
+    # FLEET_OPERATION; carries that call's probe / reported-failure / transition events
+    FLEET_CALL = "rl.gen_fleet.call"
 
     # -- rollouts
     # one generate_and_push: PROMPT_IDX, ROLLOUT_ID, ROLLOUT_OUTCOME, infra/data attempts
@@ -422,6 +436,14 @@ class ErrorCode(StrEnum):
     INVALID_ROLLOUT_ID = "invalid_rollout_id"
     LEASE_EXPIRED = "lease_expired"
     RESTART_IN_SCOPE = "restart_in_scope"
+    ROLLOUT_ID_REQUIRED = "rollout_id_required"
+    UNAUTHORIZED = "unauthorized"
+    INVALID_CHECKPOINT_STATE = "invalid_checkpoint_state"
+    # first protocol generation (DOMAIN.md §2.8, §2.10 [CK1])
+    AGENT_CHECKPOINT_ERROR = "agent_checkpoint_error"
+    AGENT_ADMISSION_CLOSED = "agent_admission_closed"
+    DUPLICATE_EXECUTION = "duplicate_execution"
+    NOT_A_POLICY_INSTANCE = "not_a_policy_instance"
 
 
 class ShardState(StrEnum):
