@@ -1,0 +1,399 @@
+"""ASGI middleware that observes a Gym server's checkpoint traffic (DOMAIN.md §2, §7.2).
+
+Pure ASGI, no Starlette import: ``app.add_middleware(GymCheckpointMiddleware, tracer=...)`` on
+a FastAPI/Starlette app, or ``GymCheckpointMiddleware(app, ...)`` around any ASGI app.
+
+What it emits (route meanings in ``checkpoint_routes``):
+
+- a ``gym.checkpoint.<op>`` span per control operation of either protocol generation, from
+  request arrival to the last response byte, with the checkpoint id, participant kind and
+  instance, op, outcome, error code, and whatever the reply carries (phase, readiness,
+  blockers, report counters); an open marker once it has run ``OPEN_MARKER_AFTER_S`` past its
+  request body, so a prepare that waits minutes is visible while it waits; a ``gym.checkpoint.refused`` event when the
+  reply is a protocol error;
+- a ``gym.checkpoint.status`` span per status poll, a ``gym.checkpoint.acknowledge`` span per
+  completion ACK (with a ``gym.agent.acknowledged`` event per receipt it accepted);
+- on the rollout data plane (``/ng-rollout/{id}/...``), only refusals: a request answered
+  with a protocol code (``admission_closed``/``checkpoint_parked``, ``stale_attempt``, ...) is a
+  ``gym.checkpoint.refused_request`` span carrying a ``gym.checkpoint.refused`` event.
+
+The rules, in order of importance:
+
+1. Never alter a request or a response. Every ASGI message is passed on as received, the same
+   object, before the next one is awaited; nothing is buffered, so a streaming response's first
+   byte leaves when the app sends it. Only copies are kept.
+2. Never raise into the server. Everything the middleware does of its own is guarded and
+   counted (``failures``); exceptions of the app or of the server's ``receive``/``send``
+   propagate unchanged.
+3. Read bounded copies of JSON bodies only: at most ``max_body_bytes`` per body, and only
+   bodies that say they are JSON. A bigger body, or one that does not parse, is ignored.
+4. Cost nothing elsewhere: a path outside ``/ng-control/`` and ``/ng-rollout/`` costs one
+   prefix test; a data-plane request costs a wrapped ``send`` that looks at the status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+from urllib.parse import parse_qs
+
+import orjson
+from opentelemetry import propagate, trace
+from opentelemetry.trace import Span, StatusCode, Tracer
+
+from rolloutscope.collectors.exporter import emit_open_marker
+from rolloutscope.collectors.instrument.checkpoint_routes import (
+    ACKNOWLEDGE_OP,
+    CONTROL_PREFIX,
+    PROTOCOL_CODES,
+    ROLLOUT_PREFIX,
+    ControlRoute,
+    acknowledged_receipts,
+    control_route,
+    protocol_error,
+    reply_attributes,
+    request_attributes,
+    rollout_attributes,
+)
+from rolloutscope.collectors.instrument.clock import OPEN_MARKER_AFTER_S
+from rolloutscope.collectors.instrument.guard import InstrumentFailures
+from rolloutscope.collectors.vocabulary import (
+    Attr,
+    EventName,
+    OpOutcome,
+    ParticipantKind,
+    SpanName,
+)
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+TRACER_NAME = "rolloutscope.instrument.gym"
+# Protocol bodies are small (a status reply lists at most 100 blockers; an ACK at most 4,096
+# receipts of ~200 bytes). Anything larger is not worth holding a copy of.
+DEFAULT_MAX_BODY_BYTES = 1 << 20
+_SHARED_PREFIX = "/ng-"  # the one test every request pays
+_TRACE_HEADERS = (b"traceparent", b"tracestate")
+
+
+class _Body:
+    """A bounded copy of one body; gives up (and frees the copy) past the cap."""
+
+    __slots__ = ("limit", "data", "complete", "given_up")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.data = bytearray()
+        self.complete = False
+        self.given_up = False
+
+    def add(self, chunk: bytes, more: bool) -> None:
+        if self.given_up:
+            return
+        if len(self.data) + len(chunk) > self.limit:
+            self.given_up = True
+            self.data = bytearray()
+            return
+        self.data += chunk
+        self.complete = not more
+
+    def json(self) -> Any:
+        if self.given_up or not self.complete or not self.data:
+            return None
+        try:
+            return orjson.loads(self.data)
+        except orjson.JSONDecodeError:
+            return None
+
+
+def _is_json(headers: Any, limit: int) -> bool:
+    """A response worth copying: JSON, and not announced bigger than the cap."""
+    json_type = False
+    for name, value in headers:
+        lowered = name.lower()
+        if lowered == b"content-type":
+            json_type = b"json" in value.lower()
+        elif lowered == b"content-length":
+            try:
+                if int(value) > limit:
+                    return False
+            except ValueError:
+                return False
+    return json_type
+
+
+class _Exchange:
+    """One observed request/response: status, bounded body copies, when it ended."""
+
+    __slots__ = ("request", "response", "status", "end_ns", "on_request_complete", "marker",
+                 "recorded")
+
+    def __init__(self, limit: int, copy_request: bool) -> None:
+        self.request = _Body(limit) if copy_request else None
+        self.response: _Body | None = None
+        self.status: int | None = None
+        self.end_ns = 0
+        self.on_request_complete: Callable[[], None] | None = None
+        self.marker: asyncio.TimerHandle | None = None
+        self.recorded = False
+
+
+class GymCheckpointMiddleware:
+    """Observes checkpoint control routes and data-plane refusals; see the module rules."""
+
+    def __init__(self, app: ASGIApp, *, tracer: Tracer | None = None,
+                 participant_kind: ParticipantKind | str | None = None,
+                 instance: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 open_marker_after_s: float = OPEN_MARKER_AFTER_S,
+                 time_ns: Callable[[], int] = time.time_ns) -> None:
+        self.app = app
+        self._tracer = tracer if tracer is not None else trace.get_tracer(TRACER_NAME)
+        self._kind = str(participant_kind) if participant_kind is not None else None
+        self._instance = instance
+        self._learned: dict[str, Any] = {}  # kind/instance a reply told us about this server
+        self._limit = max_body_bytes
+        self._open_after_s = open_marker_after_s
+        self._time_ns = time_ns
+        self.failures = InstrumentFailures("Gym checkpoint middleware")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        if path.startswith(_SHARED_PREFIX):
+            if path.startswith(CONTROL_PREFIX):
+                route = control_route(path)
+                if route is not None:
+                    return await self._control(route, scope, receive, send)
+            elif path.startswith(ROLLOUT_PREFIX):
+                return await self._data_plane(path, scope, receive, send)
+        return await self.app(scope, receive, send)
+
+    # -- control routes -------------------------------------------------------------------------
+
+    async def _control(self, route: ControlRoute, scope: Scope, receive: Receive,
+                       send: Send) -> None:
+        start = self._time_ns()
+        exchange = _Exchange(self._limit, copy_request=True)
+        span = self._start(route, scope, start)
+        if span is not None and route.is_operation:
+            exchange.on_request_complete = lambda: self._schedule_marker(span, exchange)
+
+        async def observed_receive() -> Message:
+            message = await receive()
+            try:
+                self._on_request(exchange, message)
+            except Exception as exc:  # noqa: BLE001 - never raise into the server
+                self.failures.record(exc)
+            return message
+
+        async def observed_send(message: Message) -> None:
+            try:
+                self._on_response(exchange, message, copy=True)
+                if exchange.end_ns:
+                    # recorded before the last chunk leaves: a caller holding the whole reply
+                    # knows its span has ended (and the first byte was never waited on)
+                    self._end_control(route, scope, span, exchange, None)
+            except Exception as exc:  # noqa: BLE001
+                self.failures.record(exc)
+            await send(message)
+
+        raised: BaseException | None = None
+        try:
+            await self.app(scope, observed_receive, observed_send)
+        except BaseException as exc:
+            raised = exc
+            raise
+        finally:
+            self._end_control(route, scope, span, exchange, raised)
+
+    def _start(self, route: ControlRoute, scope: Scope, start: int) -> Span | None:
+        try:
+            attrs: dict[str, Any] = {Attr.CK_OPERATION: route.op, Attr.HTTP_ROUTE: route.path,
+                                     Attr.HTTP_METHOD: scope.get("method", "")}
+            attrs.update(self._identity(route))
+            return self._tracer.start_span(route.span_name, context=self._parent(scope),
+                                           attributes=attrs, start_time=start)
+        except Exception as exc:  # noqa: BLE001
+            self.failures.record(exc)
+            return None
+
+    def _identity(self, route: ControlRoute) -> dict[str, Any]:
+        attrs: dict[str, Any] = {}
+        kind = (route.participant_kind.value if route.participant_kind is not None
+                else self._kind or self._learned.get(Attr.CK_PARTICIPANT_KIND))
+        if kind is not None:
+            attrs[Attr.CK_PARTICIPANT_KIND] = kind
+        instance = self._instance or self._learned.get(Attr.CK_INSTANCE)
+        if instance is not None:
+            attrs[Attr.CK_INSTANCE] = instance
+        return attrs
+
+    @staticmethod
+    def _parent(scope: Scope) -> Any:
+        """The current span (an outer OTel server middleware's), else the caller's
+        ``traceparent``: control calls carry the coordinator's trace context."""
+        if trace.get_current_span().get_span_context().is_valid:
+            return None
+        carrier = {name.decode("latin-1"): value.decode("latin-1")
+                   for name, value in scope.get("headers", ()) if name in _TRACE_HEADERS}
+        return propagate.extract(carrier) if carrier else None
+
+    def _on_request(self, exchange: _Exchange, message: Message) -> None:
+        if message.get("type") != "http.request" or exchange.request is None:
+            return
+        body = exchange.request
+        body.add(message.get("body", b""), message.get("more_body", False))
+        if not message.get("more_body", False) and exchange.on_request_complete is not None:
+            callback, exchange.on_request_complete = exchange.on_request_complete, None
+            callback()
+
+    def _on_response(self, exchange: _Exchange, message: Message, *, copy: bool) -> None:
+        kind = message.get("type")
+        if kind == "http.response.start":
+            exchange.status = message.get("status")
+            if copy and _is_json(message.get("headers", ()), self._limit):
+                exchange.response = _Body(self._limit)
+        elif kind == "http.response.body":
+            more = message.get("more_body", False)
+            if exchange.response is not None:
+                exchange.response.add(message.get("body", b""), more)
+            if not more:
+                exchange.end_ns = self._time_ns()
+
+    def _schedule_marker(self, span: Span, exchange: _Exchange) -> None:
+        """The request body is in: if the operation is still running OPEN_MARKER_AFTER_S from
+        now (a prepare waiting for readiness), show it in the live views."""
+        exchange.marker = asyncio.get_running_loop().call_later(
+            self._open_after_s, self._mark_open, span, exchange)
+
+    def _mark_open(self, span: Span, exchange: _Exchange) -> None:
+        exchange.marker = None
+        try:
+            body = exchange.request.json() if exchange.request is not None else None
+            span.set_attributes(request_attributes(body))
+            emit_open_marker(self._tracer, span)
+        except Exception as exc:  # noqa: BLE001
+            self.failures.record(exc)
+
+    def _end_control(self, route: ControlRoute, scope: Scope, span: Span | None,
+                     exchange: _Exchange, raised: BaseException | None) -> None:
+        if exchange.recorded:
+            return
+        exchange.recorded = True
+        if exchange.marker is not None:
+            exchange.marker.cancel()
+        if span is None:
+            return
+        try:
+            request = exchange.request.json() if exchange.request is not None else None
+            reply = exchange.response.json() if exchange.response is not None else None
+            attrs = request_attributes(request)
+            if Attr.CHECKPOINT_ID not in attrs:  # first generation's GET status?checkpoint_id=
+                query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+                if query.get("checkpoint_id"):
+                    attrs[Attr.CHECKPOINT_ID] = query["checkpoint_id"][0][:256]
+            learned = reply_attributes(reply)
+            self._learn(learned)
+            attrs.update(learned)
+            # the route's kind (first generation) wins, then the configured one, then the reply's
+            attrs.update(self._identity(route))
+            status = exchange.status
+            ok = raised is None and status is not None and 200 <= status < 300
+            attrs[Attr.CK_OUTCOME] = (OpOutcome.OK if ok else OpOutcome.ERROR).value
+            if status is not None:
+                attrs[Attr.HTTP_STATUS] = status
+            end = exchange.end_ns or self._time_ns()
+            error = protocol_error(reply)
+            if error is not None and not ok:
+                code, detail = error
+                attrs[Attr.CK_CODE] = code
+                span.add_event(EventName.CK_REFUSED, _refusal(code, detail, {}), timestamp=end)
+                span.set_status(StatusCode.ERROR, detail or code)
+            elif raised is not None:
+                attrs[Attr.ERROR_TYPE] = type(raised).__name__
+                span.set_status(StatusCode.ERROR, str(raised)[:512])
+            elif not ok:
+                span.set_status(StatusCode.ERROR, f"HTTP {status}")
+            if ok and route.op == ACKNOWLEDGE_OP:
+                for receipt in acknowledged_receipts(request):
+                    span.add_event(EventName.AGENT_ACKNOWLEDGED, receipt, timestamp=end)
+            span.set_attributes(attrs)
+            span.end(end_time=end)
+        except Exception as exc:  # noqa: BLE001
+            self.failures.record(exc)
+
+    def _learn(self, reply: dict[str, Any]) -> None:
+        for key in (Attr.CK_PARTICIPANT_KIND, Attr.CK_INSTANCE):
+            if key in reply:
+                self._learned[key] = reply[key]
+
+    # -- the rollout data plane -----------------------------------------------------------------
+
+    async def _data_plane(self, path: str, scope: Scope, receive: Receive, send: Send) -> None:
+        start = self._time_ns()
+        exchange = _Exchange(self._limit, copy_request=False)
+
+        async def observed_send(message: Message) -> None:
+            try:
+                if message.get("type") == "http.response.start":
+                    status = exchange.status = message.get("status")
+                    # only an error reply can be a refusal; a 2xx stream is never copied
+                    if (isinstance(status, int) and status >= 400
+                            and _is_json(message.get("headers", ()), self._limit)):
+                        exchange.response = _Body(self._limit)
+                elif exchange.response is not None:
+                    self._on_response(exchange, message, copy=False)
+                    if exchange.end_ns:  # recorded before the last chunk of the refusal leaves
+                        self._refused_request(path, scope, exchange, start)
+            except Exception as exc:  # noqa: BLE001 - never raise into the server
+                self.failures.record(exc)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, observed_send)
+        finally:
+            if exchange.response is not None and not exchange.recorded:
+                self._refused_request(path, scope, exchange, start)
+
+    def _refused_request(self, path: str, scope: Scope, exchange: _Exchange,
+                         start: int) -> None:
+        exchange.recorded = True
+        try:
+            error = protocol_error(exchange.response.json())
+            if error is None or error[0] not in PROTOCOL_CODES:
+                return
+            rollout = rollout_attributes(path)
+            if rollout is None:
+                return
+            code, detail = error
+            attrs = dict(rollout)
+            attrs[Attr.HTTP_METHOD] = scope.get("method", "")
+            attrs[Attr.HTTP_STATUS] = exchange.status
+            attrs[Attr.CK_CODE] = code
+            kind = self._kind or self._learned.get(Attr.CK_PARTICIPANT_KIND)
+            if kind is not None:
+                attrs[Attr.CK_PARTICIPANT_KIND] = kind
+            instance = self._instance or self._learned.get(Attr.CK_INSTANCE)
+            if instance is not None:
+                attrs[Attr.CK_INSTANCE] = instance
+            end = exchange.end_ns or self._time_ns()
+            span = self._tracer.start_span(SpanName.CK_REFUSED_REQUEST, attributes=attrs,
+                                           start_time=start)
+            span.add_event(EventName.CK_REFUSED,
+                           _refusal(code, detail, {Attr.CK_EPISODE: rollout[Attr.ROLLOUT_ID]}),
+                           timestamp=end)
+            span.set_status(StatusCode.ERROR, detail or code)
+            span.end(end_time=end)
+        except Exception as exc:  # noqa: BLE001
+            self.failures.record(exc)
+
+
+def _refusal(code: str, detail: str | None, extra: dict[str, Any]) -> dict[str, Any]:
+    attrs = {Attr.CK_CODE: code, **extra}
+    if detail:
+        attrs[Attr.CK_DETAIL] = detail
+    return attrs
