@@ -1,0 +1,342 @@
+"""Replay captured runs against participant code, Temporal-style: one iterator, three calls.
+
+``iter_replays`` (streaming), ``replay_runs`` (plural) and ``replay_run`` (singular) share one
+generator. Each capture (a run in a store, optionally a window around one incident, or a golden
+capture file) becomes a scenario, is replayed into an output store as a new run, and comes back
+as a frozen ``ReplayRunResult``: the incidents that reproduced, vanished or appeared, outcome
+counts before and after, timing deltas, and the divergence found. A replay that could not run
+(a plug-in that does not fit, say) is a result with ``error`` set, not an exception. Raising is
+the caller's choice: ``fail_on_divergence`` (on by default for the singular call, off for the
+plural one, as in Temporal) raises ``ReplayDivergenceError`` carrying the result.
+
+Divergence is judged where the capture is the expectation: with the reference models and no
+variant, the replay must reproduce the capture's incidents and outcome counts. Determinism is
+judged always: each replay is run a second time with the same seed and the two runs' spans must
+hash alike, so a participant that reads the wall clock or an unseeded random source is caught.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import tempfile
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rolloutscope.collectors.store import RunStore
+from rolloutscope.collectors.vocabulary import RunSource
+from rolloutscope.replay import compare
+from rolloutscope.replay.compare import IncidentKey, OutcomeCounts
+from rolloutscope.replay.errors import ReplayError
+from rolloutscope.replay.extract import SCENARIO_DOCUMENT_KEY, ExtractionReport, extract_scenario
+from rolloutscope.replay.plugins import Factory, ParticipantSpec, participant_factories
+from rolloutscope.replay.runner import replay_into_store
+from rolloutscope.replay.scenario import Scenario
+from rolloutscope.replay.variants import ordered, parse_variants
+
+GOLDEN_FORMAT = "rolloutscope-golden-capture"
+GOLDEN_VERSION = 1
+
+
+class ReplayDivergenceError(ReplayError):
+    """The replay did not reproduce its capture; ``result`` says how."""
+
+    def __init__(self, result: ReplayRunResult) -> None:
+        self.result = result
+        super().__init__(f"replay of {result.capture} diverged: " + "; ".join(result.divergence))
+
+
+class GoldenCaptureError(ReplayError):
+    def __init__(self, path: str, detail: str) -> None:
+        self.path = path
+        super().__init__(f"golden capture {path}: {detail}")
+
+
+# -- captures -----------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class Capture:
+    """What a replay is measured against: a scenario and what the captured run showed."""
+
+    label: str
+    scenario: Scenario
+    incidents: tuple[IncidentKey, ...]  # a sorted multiset
+    outcomes: OutcomeCounts
+    timings: Mapping[str, float | None] = field(default_factory=dict)
+    store_path: Path | None = None
+    run_id: str | None = None
+    variants: tuple[str, ...] = ()  # the variants the captured run itself had on
+    extraction: ExtractionReport | None = None
+
+
+def capture_from_store(path: str | Path, run_id: str | None = None, *,
+                       incident_id: str | None = None, pad_s: float | None = None) -> Capture:
+    with RunStore(path, read_only=True) as store:
+        extraction = extract_scenario(store, run_id, incident_id=incident_id, pad_s=pad_s)
+        rid = extraction.report.run_id
+        incidents = compare.incident_frame(store, rid)
+        outcomes = compare.outcome_counts(store, rid)
+        timings = compare.timing_summary(store, rid)
+        variants = store.query("SELECT variants FROM runs WHERE run_id = ?", [rid])
+    if extraction.report.window is not None:
+        ws, we = extraction.report.window
+        inside = incidents[(incidents.start_s >= ws) & (incidents.start_s <= we)]
+        keys = tuple(sorted(inside.key))
+    else:
+        keys = tuple(sorted(incidents.key))
+    recorded = json.loads(variants[0][0]) if variants and variants[0][0] else []
+    label = f"{Path(path).name}:{rid}" + (f"@{incident_id}" if incident_id else "")
+    return Capture(label=label, scenario=extraction.scenario, incidents=keys, outcomes=outcomes,
+                   timings=timings, store_path=Path(path), run_id=rid,
+                   variants=tuple(recorded), extraction=extraction.report)
+
+
+def capture_from_golden(path: str | Path) -> Capture:
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise GoldenCaptureError(str(p), str(exc)) from None
+    if not isinstance(doc, dict) or doc.get("format") != GOLDEN_FORMAT:
+        raise GoldenCaptureError(str(p), f"not a {GOLDEN_FORMAT} document")
+    if doc.get("version") != GOLDEN_VERSION:
+        raise GoldenCaptureError(str(p), f"version {doc.get('version')!r} is not "
+                                 f"{GOLDEN_VERSION}")
+    expected = doc.get("expected", {})
+    try:
+        return Capture(
+            label=p.name, scenario=Scenario.from_dict(doc["scenario"]),
+            incidents=tuple(sorted((str(k), str(s)) for k, s in expected.get("incidents", []))),
+            outcomes=OutcomeCounts.from_dict(expected.get("outcomes", {})),
+            timings=expected.get("timings", {}), run_id=doc.get("run_id"),
+            variants=tuple(doc.get("variants", ())))
+    except (KeyError, ValueError, TypeError, ReplayError) as exc:
+        raise GoldenCaptureError(str(p), str(exc)) from None
+
+
+def golden_document(capture: Capture) -> dict[str, Any]:
+    """The JSON a golden capture file holds (``capture_from_golden`` reads it back)."""
+    return {"format": GOLDEN_FORMAT, "version": GOLDEN_VERSION, "run_id": capture.run_id,
+            "variants": list(capture.variants), "scenario": capture.scenario.to_dict(),
+            "expected": {"incidents": [list(k) for k in capture.incidents],
+                         "outcomes": capture.outcomes.as_dict(),
+                         "timings": dict(capture.timings)}}
+
+
+# -- results ------------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class TimingDelta:
+    name: str
+    captured: float | None
+    replayed: float | None
+
+    @property
+    def delta(self) -> float | None:
+        if self.captured is None or self.replayed is None:
+            return None
+        return round(self.replayed - self.captured, 6)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayRunResult:
+    capture: str
+    captured_run_id: str | None
+    run_id: str  # the new run, in ``out``
+    out: str
+    variants: tuple[str, ...] = ()
+    participants: tuple[str, ...] = ()
+    reproduced: tuple[IncidentKey, ...] = ()
+    vanished: tuple[IncidentKey, ...] = ()
+    appeared: tuple[IncidentKey, ...] = ()
+    outcomes_captured: OutcomeCounts = field(default_factory=OutcomeCounts)
+    outcomes_replayed: OutcomeCounts = field(default_factory=OutcomeCounts)
+    timing_deltas: tuple[TimingDelta, ...] = ()
+    digest: str = ""
+    divergence: tuple[str, ...] = ()
+    error: str | None = None
+    extraction: ExtractionReport | None = None
+
+    @property
+    def diverged(self) -> bool:
+        return bool(self.divergence)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and not self.divergence
+
+    def lines(self) -> list[str]:
+        if self.error is not None:
+            return [f"replay of {self.capture} failed: {self.error}"]
+        out = [f"replay of {self.capture} -> run {self.run_id} in {self.out}"
+               + (f" (variants: {', '.join(self.variants)})" if self.variants else "")
+               + (f" (participants: {', '.join(self.participants)})" if self.participants
+                  else "")]
+        for label, keys in (("reproduced", self.reproduced), ("vanished", self.vanished),
+                            ("appeared", self.appeared)):
+            for kind, subject in keys:
+                out.append(f"  incident {kind} ({subject}) {label}")
+        for name, (a, b) in self.outcomes_captured.differences(self.outcomes_replayed).items():
+            out.append(f"  {name}: {a} -> {b}")
+        for d in self.timing_deltas:
+            if d.delta:
+                out.append(f"  {d.name}: {d.captured:g} s -> {d.replayed:g} s ({d.delta:+g} s)")
+        out.extend(f"  DIVERGED: {reason}" for reason in self.divergence)
+        return out
+
+
+@dataclass(frozen=True)
+class ReplayRunResults:
+    results: tuple[ReplayRunResult, ...]
+
+    @property
+    def diverged(self) -> tuple[ReplayRunResult, ...]:
+        return tuple(r for r in self.results if r.diverged)
+
+    @property
+    def failed(self) -> tuple[ReplayRunResult, ...]:
+        return tuple(r for r in self.results if r.error is not None)
+
+
+# -- the one iterator ---------------------------------------------------------------------------
+def iter_replays(captures: Iterable[Capture], *, out: RunStore | str | Path,
+                 variants: Iterable[str] = (),
+                 participants: Sequence[ParticipantSpec | str] | Mapping[str, Factory] = (),
+                 check_determinism: bool = True) -> Iterator[ReplayRunResult]:
+    """Replay each capture into ``out`` as a new run, yielding each result as it is ready."""
+    chosen = ordered(parse_variants(variants))
+    if isinstance(participants, Mapping):
+        factories, labels = dict(participants), tuple(sorted(participants))
+    else:
+        specs = [ParticipantSpec.parse(s) if isinstance(s, str) else s for s in participants]
+        factories = participant_factories(specs)
+        labels = tuple(f"{s.kind.value}={s.ref}" for s in specs)
+    with ExitStack() as stack:
+        store = out if isinstance(out, RunStore) else stack.enter_context(RunStore(out))
+        for capture in captures:
+            yield _replay_one(capture, store, chosen, factories, labels, check_determinism)
+
+
+def replay_runs(captures: Iterable[Capture], *, out: RunStore | str | Path,
+                variants: Iterable[str] = (),
+                participants: Sequence[ParticipantSpec | str] | Mapping[str, Factory] = (),
+                check_determinism: bool = True,
+                fail_on_divergence: bool = False) -> ReplayRunResults:
+    results = []
+    for result in iter_replays(captures, out=out, variants=variants, participants=participants,
+                               check_determinism=check_determinism):
+        if fail_on_divergence and result.diverged:
+            raise ReplayDivergenceError(result)
+        results.append(result)
+    return ReplayRunResults(tuple(results))
+
+
+def replay_run(capture: Capture, *, out: RunStore | str | Path, variants: Iterable[str] = (),
+               participants: Sequence[ParticipantSpec | str] | Mapping[str, Factory] = (),
+               check_determinism: bool = True,
+               fail_on_divergence: bool = True) -> ReplayRunResult:
+    return replay_runs([capture], out=out, variants=variants, participants=participants,
+                       check_determinism=check_determinism,
+                       fail_on_divergence=fail_on_divergence).results[0]
+
+
+# -- one replay ---------------------------------------------------------------------------------
+def _new_run_id(store: RunStore, capture: Capture, variants: tuple[str, ...]) -> str:
+    base = f"{capture.run_id or Path(capture.label).stem}.replay" + (
+        "+" + "+".join(variants) if variants else "")
+    taken = set(store.run_ids())
+    run_id, n = base, 1
+    while run_id in taken:
+        n += 1
+        run_id = f"{base}-{n}"
+    return run_id
+
+
+def _run(scenario: Scenario, store: RunStore, run_id: str, variants: tuple[str, ...],
+         factories: Mapping[str, Factory]) -> None:
+    kwargs: dict[str, Any] = {"variants": variants, "run_id": run_id}
+    if factories:
+        if "participants" not in inspect.signature(replay_into_store).parameters:
+            raise ReplayError("this replay engine takes no participants= mapping, so "
+                              f"{', '.join(sorted(factories))} cannot be plugged in")
+        kwargs["participants"] = factories
+    replay_into_store(scenario, store, **kwargs)
+
+
+def run_digest(store: RunStore, run_id: str) -> str:
+    """A hash of a run's spans and events, independent of its run id and of write order."""
+    h = hashlib.sha256()
+    for row in store.query(
+            "SELECT name, trace_id, span_id, parent_span_id, start_ns, end_ns, status_code, "
+            "status_message, attributes FROM spans WHERE run_id = ? "
+            "ORDER BY start_ns, span_id, name", [run_id]):
+        h.update(repr(row).encode())
+    for row in store.query(
+            "SELECT span_id, name, ts_ns, attributes FROM span_events WHERE run_id = ? "
+            "ORDER BY ts_ns, span_id, name, attributes", [run_id]):
+        h.update(repr(row).encode())
+    return h.hexdigest()[:16]
+
+
+def _second_digest(scenario: Scenario, variants: tuple[str, ...],
+                   factories: Mapping[str, Factory]) -> str:
+    with tempfile.TemporaryDirectory(prefix="rolloutscope-determinism-") as tmp:
+        with RunStore(Path(tmp) / "again.duckdb") as again:
+            _run(scenario, again, "again", variants, factories)
+            return run_digest(again, "again")
+
+
+def _replay_one(capture: Capture, store: RunStore, variants: tuple[str, ...],
+                factories: Mapping[str, Factory], labels: tuple[str, ...],
+                check_determinism: bool) -> ReplayRunResult:
+    run_id = _new_run_id(store, capture, variants)
+    base = {"capture": capture.label, "captured_run_id": capture.run_id, "run_id": run_id,
+            "out": str(store.path), "variants": variants, "participants": labels,
+            "outcomes_captured": capture.outcomes, "extraction": capture.extraction}
+    scenario = capture.scenario
+    # plugged code may fail in any way, and that is a finding about it, not a crash of the
+    # replayer; without plug-ins only the replay package's own typed errors are data
+    expected: tuple[type[BaseException], ...] = (Exception,) if factories else (ReplayError,)
+    try:
+        _run(scenario, store, run_id, variants, factories)
+    except expected as exc:
+        return ReplayRunResult(**base, error=f"{type(exc).__name__}: {exc}")
+    store.register_run(
+        run_id, source=RunSource.REPLAY, parent_run_id=capture.run_id, scenario=scenario.name,
+        variants=variants, seed=scenario.seed, config=scenario.config_dict(),
+        metadata={"horizon_s": scenario.horizon_s, "description": scenario.description,
+                  "replayed_from": capture.label, "participants": list(labels),
+                  SCENARIO_DOCUMENT_KEY: scenario.to_dict()})
+    replayed = compare.incident_frame(store, run_id)
+    reproduced, vanished, appeared = compare.match_incidents(Counter(capture.incidents),
+                                                             Counter(replayed.key))
+    outcomes = compare.outcome_counts(store, run_id)
+    timings = compare.timing_summary(store, run_id)
+    digest = run_digest(store, run_id)
+    divergence: list[str] = []
+    # the capture is the expectation only for the same switches and the reference models
+    if set(variants) == set(capture.variants) and not factories:
+        if vanished or appeared:
+            divergence.append(
+                "incidents differ: " + ", ".join(
+                    [f"{k} ({s}) vanished" for k, s in vanished]
+                    + [f"{k} ({s}) appeared" for k, s in appeared]))
+        diffs = capture.outcomes.differences(outcomes)
+        if diffs:
+            divergence.append("outcome counts differ: " + ", ".join(
+                f"{name} {a} -> {b}" for name, (a, b) in diffs.items()))
+    if check_determinism:
+        again = _second_digest(scenario, variants, factories)
+        if again != digest:
+            divergence.append(f"nondeterministic: the same scenario and seed gave different "
+                              f"spans on a second run (digest {digest} vs {again}); a "
+                              f"participant reads time or randomness outside the runtime")
+    return ReplayRunResult(
+        **base, reproduced=tuple(reproduced), vanished=tuple(vanished),
+        appeared=tuple(appeared), outcomes_replayed=outcomes,
+        timing_deltas=tuple(TimingDelta(name=k, captured=capture.timings.get(k),
+                                        replayed=v) for k, v in timings.items()),
+        digest=digest, divergence=tuple(divergence))
