@@ -1,0 +1,175 @@
+"""Overhead of the instruments in the observed process, against the same code unobserved.
+
+Gym middleware: per-request time of a trivial FastAPI app driven straight through ASGI (no
+socket, so the figure is the middleware's and not the network's), with and without
+``GymCheckpointMiddleware``, for a path it ignores, a data-plane call it only watches, and a
+control operation it records as a span. Fleet wrapper: per-call time of the project's
+``GenerationFleetHealth`` with and without ``ObservedFleetHealth``, for a call that changes
+nothing (``report_success``) and for a probe it records as an event, on a call span of its own
+or inside ``probe_tick()`` (one span per probe round, as the probe pump would use it).
+
+Batches alternate between the two variants in the same run; each figure is the median over
+batches of the mean per call. Spans go into a real run store through the in-process exporter.
+Targets (issue 11): <= 50 us per request, <= 20 us per wrapped call that changes nothing.
+
+    .venv/bin/python benchmarks/bench_instrument.py [--batches 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.responses import Response
+
+from rolloutscope.collectors.exporter import instrument
+from rolloutscope.collectors.instrument import GymCheckpointMiddleware, ObservedFleetHealth
+from rolloutscope.replay.participants.fleet_health import FleetHealthConfig, GenerationFleetHealth
+
+REQUESTS_PER_BATCH = 200
+CALLS_PER_BATCH = 2_000
+RENEW_BODY = b'{"checkpoint_id": "rollout-step-0-snapshot-1", "deadline_ts": 1800000300.0}'
+
+
+def trivial_app() -> FastAPI:
+    app = FastAPI()
+
+    @app.get("/health")
+    async def health():
+        return Response(b"ok")
+
+    @app.post("/ng-rollout/{capture_key}/v1/responses")
+    async def responses(capture_key: str):
+        return Response(b'{"id": "resp-1"}', media_type="application/json")
+
+    @app.post("/ng-control/v1/checkpoint/renew")
+    async def renew():
+        return Response(b'{"phase": "preparing", "checkpoint_id": "rollout-step-0-snapshot-1"}',
+                        media_type="application/json")
+
+    return app
+
+
+def _scope(method: str, path: str) -> dict:
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+            "method": method, "scheme": "http", "path": path, "raw_path": path.encode(),
+            "query_string": b"", "root_path": "",
+            "headers": [(b"host", b"gym"), (b"content-type", b"application/json")],
+            "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8000)}
+
+
+async def _per_request_s(app, method: str, path: str, body: bytes, n: int) -> float:
+    async def receive():
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message):
+        pass
+
+    start = time.perf_counter()
+    for _ in range(n):
+        await app(_scope(method, path), receive, send)
+    return (time.perf_counter() - start) / n
+
+
+def bench_middleware(batches: int, tracer) -> list[tuple[str, float, float]]:
+    bare = trivial_app()
+    observed = GymCheckpointMiddleware(trivial_app(), tracer=tracer)
+    cases = [("ignored path  GET /health", "GET", "/health", b""),
+             ("data plane    POST /ng-rollout/{id}/v1/responses", "POST",
+              "/ng-rollout/roll-1-a1/v1/responses", b"{}"),
+             ("control op    POST /ng-control/v1/checkpoint/renew (span)", "POST",
+              "/ng-control/v1/checkpoint/renew", RENEW_BODY)]
+    results = []
+    for label, method, path, body in cases:
+        samples: dict[str, list[float]] = {"bare": [], "observed": []}
+
+        async def run_batches() -> None:
+            for app in (bare, observed):  # warm-up: route compilation, first spans
+                await _per_request_s(app, method, path, body, 50)
+            for _ in range(batches):
+                samples["bare"].append(
+                    await _per_request_s(bare, method, path, body, REQUESTS_PER_BATCH))
+                samples["observed"].append(
+                    await _per_request_s(observed, method, path, body, REQUESTS_PER_BATCH))
+
+        asyncio.run(run_batches())
+        results.append((label, statistics.median(samples["bare"]),
+                        statistics.median(samples["observed"])))
+    assert observed.failures.count == 0, observed.failures.last
+    return results
+
+
+def _per_call_s(call, n: int) -> float:
+    start = time.perf_counter()
+    for i in range(n):
+        call(i)
+    return (time.perf_counter() - start) / n
+
+
+def bench_fleet(batches: int, tracer, shards: int) -> list[tuple[str, float, float]]:
+    def model() -> GenerationFleetHealth:
+        return GenerationFleetHealth(num_shards=shards, config=FleetHealthConfig(),
+                                     clock=time.monotonic)
+
+    bare = model()
+    observed = ObservedFleetHealth(model(), tracer=tracer)
+    cases = [(f"report_success, nothing changes ({shards} shards)",
+              lambda f: (lambda i: f.report_success(i % shards))),
+             (f"record_probe ok, event on its own call span ({shards} shards)",
+              lambda f: (lambda i: f.record_probe(i % shards, True))),
+             (f"record_probe ok, event inside probe_tick() ({shards} shards)",
+              lambda f: (lambda i: f.record_probe(i % shards, True)))]
+    results = []
+    for label, make in cases:
+        bare_call, observed_call = make(bare), make(observed)
+        if "probe_tick" in label:  # how the probe pump would call it: one tick per round
+            tick = observed.probe_tick()
+            tick.__enter__()
+        _per_call_s(bare_call, 200), _per_call_s(observed_call, 200)
+        bare_s, observed_s = [], []
+        for _ in range(batches):
+            bare_s.append(_per_call_s(bare_call, CALLS_PER_BATCH))
+            observed_s.append(_per_call_s(observed_call, CALLS_PER_BATCH))
+        if "probe_tick" in label:
+            tick.__exit__(None, None, None)
+        results.append((label, statistics.median(bare_s), statistics.median(observed_s)))
+    assert observed.failures.count == 0, observed.failures.last
+    return results
+
+
+def _print(title: str, rows: list[tuple[str, float, float]], target_us: float) -> None:
+    print(title)
+    print(f"  {'case':58s} {'without':>9s} {'with':>9s} {'overhead':>9s} {'ratio':>6s}")
+    for label, bare, observed in rows:
+        overhead = (observed - bare) * 1e6
+        print(f"  {label:58s} {bare * 1e6:7.1f}us {observed * 1e6:7.1f}us "
+              f"{overhead:7.1f}us {observed / bare:5.2f}x"
+              f"{'' if overhead <= target_us else '  (over the target)'}")
+    print(f"  target: <= {target_us:.0f} us overhead\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batches", type=int, default=30)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        inst = instrument(Path(tmp) / "bench.duckdb", service_name="bench", run_id="bench")
+        tracer = inst.tracer("bench")
+        try:
+            _print("Gym checkpoint middleware, per request (ASGI, in-process)",
+                   bench_middleware(args.batches, tracer), 50)
+            _print("Fleet-health wrapper, per call", bench_fleet(args.batches, tracer, 8)
+                   + bench_fleet(args.batches, tracer, 16), 20)
+        finally:
+            inst.shutdown()
+        print(f"spans written: {inst.exporter.exported_spans}, "
+              f"dropped: {inst.exporter.dropped_spans}")
+
+
+if __name__ == "__main__":
+    main()
