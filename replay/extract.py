@@ -622,6 +622,8 @@ def _window(store: RunStore, run_id: str, incident_id: str, pad_s: float | None,
                  for s in data.spans[SpanName.RL_SNAPSHOT]]
     keep_snap = [i for i, s in enumerate(snaps, 1)
                  if s["at_s"] <= we and snap_ends[i - 1] >= ws]
+    # a kept attempt runs to its end, or its outcome would differ from the capture's
+    we = max([we, *(min(snap_ends[i - 1], doc["horizon_s"]) for i in keep_snap)])
     renumber = {old: new for new, old in enumerate(keep_snap, 1)}
     idxs = {p["idx"] for p in kept}
     faults = doc["faults"]

@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "rolloutscope.collectors.importers.cli",
     "rolloutscope.dashboard.cli",
     "rolloutscope.replay.cli",
+    "rolloutscope.replay.replay_cli",
 )
 
 
