@@ -75,6 +75,9 @@ FLAT_CONFIG_KEYS = {
     "max_num_steps": ("training", "max_num_steps"),
 }
 _HTTP_STATUS = re.compile(r"HTTP (\d{3})")
+# the detail a replay's Gym gives a /run it failed on purpose; fleet faults fail runs with
+# their own detail and are read from the fault list instead
+INJECTED_FAULT = "injected fault"
 _DEFAULT_COMMIT_S = SnapshotAttempt.__dataclass_fields__["commit_s"].default
 
 
@@ -210,6 +213,8 @@ def extract_scenario(store: RunStore, run_id: str | None = None, *,
     if not prompts:
         raise ExtractionError(f"run {run_id} has no rl.rollout.prompt spans: no workload")
     snapshots, silences, ck_index = _snapshots(data, horizon, notes)
+    syncs = _weight_syncs(data, notes)
+    _nominal_sync_durations(recorded, syncs, notes)
     scenario_dict: dict[str, Any] = {
         "name": name or run_id,
         "description": f"extracted from run {run_id} of {store.path.name}",
@@ -217,7 +222,7 @@ def extract_scenario(store: RunStore, run_id: str | None = None, *,
         "config": Scenario(name="config", horizon_s=1.0, config=config).to_dict()["config"],
         "workload": {"prompts": [dataclasses.asdict(p) for p in prompts]},
         "control": {"snapshots": [dataclasses.asdict(s) for s in snapshots],
-                    "weight_syncs": [dataclasses.asdict(w) for w in _weight_syncs(data, notes)]},
+                    "weight_syncs": [dataclasses.asdict(w) for w in syncs]},
         "faults": _faults(data, ck_index, silences, notes),
     }
     _recorded_extras(recorded, scenario_dict, data, notes)
@@ -386,7 +391,10 @@ def _row_from_calls(run: _Span, calls: Mapping[str, list[_Span]], data: _RunData
     for s in data.spans.get(SpanName.GYM_ROLLOUT, ()):
         if s.parent == run.span_id:
             mine.extend(calls.get(s.span_id, ()))
-    if not mine:
+    # only a clean /run describes its row: a failed one, or one whose calls failed and were
+    # retried, shows the fault's consequences rather than the row's own turns
+    if not mine or run.end is None or run.status == "ERROR" or any(
+            c.status == "ERROR" for c in mine):
         return None
     mine.sort(key=lambda s: s.start)
     started = {e.attrs.get(Attr.MODEL_CALL_ID): e.t
@@ -490,6 +498,26 @@ def _weight_syncs(data: _RunData, notes: _Notes) -> list[WeightSync]:
     return out
 
 
+def _nominal_sync_durations(recorded: Mapping[str, Any], syncs: list[WeightSync],
+                            notes: _Notes) -> None:
+    """An observed sync can outlast its nominal duration because of a fault the engine models
+    (a refit waiting on a dead shard); replaying the observed length would count that twice.
+    Where the run recorded its schedule and the starts agree, the recorded length is used."""
+    control = recorded.get("control")
+    planned = control.get("weight_syncs") if isinstance(control, Mapping) else None
+    if not isinstance(planned, list) or len(planned) != len(syncs):
+        return
+    for i, (seen, plan) in enumerate(zip(syncs, planned, strict=True)):
+        if not isinstance(plan, Mapping) or plan.get("at_s") != seen.at_s:
+            return
+        nominal = float(plan.get("duration_s", seen.duration_s))
+        if abs(nominal - seen.duration_s) > 1e-6:
+            notes.add("inferred", f"control.weight_syncs[{i}].duration_s",
+                      f"observed {seen.duration_s:g} s; the recorded {nominal:g} s is used, the "
+                      f"rest being the modelled consequence of a fault")
+            syncs[i] = dataclasses.replace(seen, duration_s=nominal)
+
+
 # -- faults -------------------------------------------------------------------------------------
 def _faults(data: _RunData, ck_index: Mapping[str, int], silences: list[ControllerSilence],
             notes: _Notes) -> dict[str, Any]:
@@ -535,8 +563,9 @@ def _faults(data: _RunData, ck_index: Mapping[str, int], silences: list[Controll
               for s in data.spans[SpanName.RL_SNAPSHOT]]
     failures = []
     for run in (runs[sid] for sid in firsts):
-        if run.status != "ERROR" or run.end is None or round(run.end, 6) in worker_lost_at:
-            continue
+        if (run.status != "ERROR" or run.end is None or round(run.end, 6) in worker_lost_at
+                or INJECTED_FAULT not in (run.message or "")):
+            continue  # failures that follow from other faults (a dead shard, a lost worker)
         match = _HTTP_STATUS.search(run.message or "")
         status = int(match.group(1)) if match else 500
         if status == 409 and any(a <= run.end <= b for a, b in closed):

@@ -21,6 +21,7 @@ reading the shards before and after every call. A real class replays unchanged.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
@@ -275,7 +276,13 @@ def engine_factory(kind: str | PluginKind, factory: Factory) -> Factory:
     """The factory the engine calls: builds the plug-in, checks it, adapts fleet health."""
     kind = plugin_kind(kind)
 
-    def build(**kwargs: Any) -> Any:
+    def build(*args: Any, **kwargs: Any) -> Any:
+        if len(args) == 1 and dataclasses.is_dataclass(args[0]) and not kwargs:
+            # the engine hands some kinds one spec record (FleetHealthSpec, RouterSpec)
+            kwargs = {f.name: getattr(args[0], f.name) for f in dataclasses.fields(args[0])}
+        elif args:
+            raise PluginError(f"the engine called the {kind.value} factory with positional "
+                              f"arguments this adapter does not know: {args!r}")
         if kind is PluginKind.FLEET_HEALTH:
             inner = validate(kind, call_with_accepted(
                 factory, {k: v for k, v in kwargs.items() if k != "observer"}))

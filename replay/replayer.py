@@ -35,7 +35,7 @@ from rolloutscope.replay.compare import IncidentKey, OutcomeCounts
 from rolloutscope.replay.errors import ReplayError
 from rolloutscope.replay.extract import SCENARIO_DOCUMENT_KEY, ExtractionReport, extract_scenario
 from rolloutscope.replay.plugins import Factory, ParticipantSpec, participant_factories
-from rolloutscope.replay.runner import replay_into_store
+from rolloutscope.replay.runner import replay, replay_into_store
 from rolloutscope.replay.scenario import Scenario
 from rolloutscope.replay.variants import ordered, parse_variants
 
@@ -260,12 +260,16 @@ def _new_run_id(store: RunStore, capture: Capture, variants: tuple[str, ...]) ->
 
 def _run(scenario: Scenario, store: RunStore, run_id: str, variants: tuple[str, ...],
          factories: Mapping[str, Factory]) -> None:
+    """Replay into ``store``; each plugged kind goes to the engine's ``<kind>_factory``."""
     kwargs: dict[str, Any] = {"variants": variants, "run_id": run_id}
-    if factories:
-        if "participants" not in inspect.signature(replay_into_store).parameters:
-            raise ReplayError("this replay engine takes no participants= mapping, so "
-                              f"{', '.join(sorted(factories))} cannot be plugged in")
-        kwargs["participants"] = factories
+    accepted = inspect.signature(replay).parameters
+    for kind, factory in factories.items():
+        name = f"{kind}_factory"
+        if name not in accepted:
+            offered = sorted(p[: -len("_factory")] for p in accepted if p.endswith("_factory"))
+            raise ReplayError(f"the replay engine cannot take a plugged {kind} (it accepts: "
+                              f"{', '.join(offered) or 'none'})")
+        kwargs[name] = factory
     replay_into_store(scenario, store, **kwargs)
 
 
@@ -321,7 +325,8 @@ def _replay_one(capture: Capture, store: RunStore, variants: tuple[str, ...],
     digest = run_digest(store, run_id)
     divergence: list[str] = []
     # the capture is the expectation only for the same switches and the reference models
-    if set(variants) == set(capture.variants) and not factories:
+    effective = set(variants) | {str(v) for v in getattr(scenario, "fixes", ())}
+    if effective == set(capture.variants) and not factories:
         if vanished or appeared:
             divergence.append(
                 "incidents differ: " + ", ".join(
