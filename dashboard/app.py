@@ -1,0 +1,190 @@
+"""The dashboard app: one factory for every mode, and a server that binds loopback.
+
+- read-only over a finished run: ``rolloutscope dashboard RUN.duckdb`` (``serve_dashboard``);
+- live inside the collector process, which owns the writable ``RunStore``:
+  ``start_dashboard(store, live=True)`` returns a handle to stop on shutdown; each browser
+  session gets its own ``DataStore`` refreshed by a periodic callback, with a pause toggle;
+- inline in Jupyter: ``build_app(store, live=False)`` (or any single view) in a cell after
+  ``pn.extension()``.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import panel as pn
+
+from rolloutscope.collectors.store import RunStore
+from rolloutscope.dashboard.datastore import DataStore
+from rolloutscope.dashboard.defaults import DEFAULT_ADDRESS, DEFAULT_PORT
+from rolloutscope.dashboard.views import (
+    CSS,
+    Checkpoints,
+    Fleet,
+    IncidentDetail,
+    Overview,
+    Rollouts,
+    Timeline,
+)
+
+log = logging.getLogger(__name__)
+
+REFRESH_MS = 1500  # live refresh period: inside the 1-2 s the views promise
+TAB_NAMES = ("Overview", "Timeline", "Checkpoints", "Fleet", "Rollouts", "Incident")
+
+
+@dataclass
+class Dashboard:
+    """The views of one session over one DataStore (what ``build_app`` lays out)."""
+
+    data: DataStore
+    overview: Overview
+    timeline: Timeline
+    checkpoints: Checkpoints
+    fleet: Fleet
+    rollouts: Rollouts
+    incident: IncidentDetail
+
+    @classmethod
+    def over(cls, data: DataStore) -> Dashboard:
+        return cls(data, Overview(data), Timeline(data), Checkpoints(data), Fleet(data),
+                   Rollouts(data), IncidentDetail(data))
+
+
+def _status_bar(data: DataStore) -> pn.Row:
+    title = pn.pane.HTML(
+        f"<b style='font-size:15px'>rolloutscope</b> <span class='rs-note'>run "
+        f"{html.escape(str(data.run_id))}</span>", stylesheets=[CSS])
+    items: list = [title, pn.HSpacer()]
+    if len(data.param.run_id.objects) > 1:
+        items.insert(1, pn.widgets.Select.from_param(data.param.run_id, label="run", width=240))
+    if data.live:
+        pause = pn.widgets.Toggle.from_param(data.param.paused, label="Pause refresh", width=130)
+        timing = pn.pane.HTML(stylesheets=[CSS])
+
+        def show_timing(*_):
+            timing.object = (f"<span class='rs-note'>live, every {REFRESH_MS / 1000:g} s; "
+                             f"last refresh {data.last_refresh_ms:,.0f} ms</span>")
+
+        data.param.watch(show_timing, "last_refresh_ms")
+        show_timing()
+        items += [timing, pause]
+    return pn.Row(*items, sizing_mode="stretch_width", height=40)
+
+
+def build_app(store: RunStore, *, live: bool, run_id: str | None = None,
+              refresh_ms: int = REFRESH_MS) -> pn.Column:
+    """The whole dashboard over ``store`` for one session (a served page or a notebook cell)."""
+    data = DataStore(store, run_id=run_id, live=live)
+    dash = Dashboard.over(data)
+    tabs = pn.Tabs(*zip(TAB_NAMES, (dash.overview, dash.timeline, dash.checkpoints, dash.fleet,
+                                    dash.rollouts, dash.incident)),
+                   dynamic=True, sizing_mode="stretch_width")
+
+    def follow_selection(event):  # picking an incident in the list opens it on the timeline
+        if event.new and tabs.active == 0:
+            tabs.active = 1
+
+    data.param.watch(follow_selection, "incident")
+    app = pn.Column(_status_bar(data), tabs, sizing_mode="stretch_width")
+    app.dashboard = dash  # for notebooks and tests: the views and their DataStore
+    if live:
+        cb = pn.state.add_periodic_callback(data.tick, period=refresh_ms)
+        if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
+            pn.state.on_session_destroyed(lambda ctx: cb.stop())
+    return app
+
+
+def free_port(address: str = DEFAULT_ADDRESS) -> int:
+    with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as s:
+        s.bind((address, 0))
+        return s.getsockname()[1]
+
+
+def websocket_origins(address: str, port: int) -> list[str]:
+    """The origins a browser sends for this server (loopback has two spellings)."""
+    host = f"[{address}]" if ":" in address else address
+    origins = {f"{host}:{port}"}
+    if address in ("127.0.0.1", "::1", "localhost"):
+        origins |= {f"localhost:{port}", f"127.0.0.1:{port}"}
+    return sorted(origins)
+
+
+@dataclass
+class DashboardServer:
+    """A dashboard served from a thread; ``stop()`` ends it."""
+
+    url: str
+    port: int
+    address: str
+    _thread: threading.Thread
+
+    def stop(self) -> None:
+        self._thread.stop()
+        self._thread.join(timeout=10)
+
+
+def _wait_listening(address: str, port: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection((address, port), timeout=0.5):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            threading.Event().wait(0.05)
+
+
+def start_dashboard(store: RunStore, *, port: int = 0, address: str = DEFAULT_ADDRESS,
+                    live: bool, run_id: str | None = None, show: bool = False,
+                    refresh_ms: int = REFRESH_MS, ready_timeout_s: float = 30.0
+                    ) -> DashboardServer:
+    """Serve the dashboard from a background thread and return once it accepts connections.
+
+    For the collector process (live) and for tests; ``port=0`` picks a free port.
+    """
+    port = port or free_port(address)
+    thread = pn.serve(_factory(store, live=live, run_id=run_id, refresh_ms=refresh_ms),
+                      port=port, address=address, show=show, threaded=True,
+                      allow_websocket_origin=websocket_origins(address, port),
+                      title="rolloutscope", verbose=False)
+    _wait_listening(address, port, ready_timeout_s)
+    host = f"[{address}]" if ":" in address else address
+    return DashboardServer(url=f"http://{host}:{port}/", port=port, address=address,
+                           _thread=thread)
+
+
+def serve_dashboard(store: RunStore, *, port: int = DEFAULT_PORT,
+                    address: str = DEFAULT_ADDRESS, live: bool, show: bool = False,
+                    run_id: str | None = None,
+                    on_ready: Callable[[str], None] | None = None) -> None:
+    """Serve the dashboard in this thread until interrupted (the CLI's foreground mode)."""
+    port = port or free_port(address)
+    server = pn.serve(_factory(store, live=live, run_id=run_id, refresh_ms=REFRESH_MS),
+                      port=port, address=address, show=False, start=False,
+                      allow_websocket_origin=websocket_origins(address, port),
+                      title="rolloutscope", verbose=False)
+    host = f"[{address}]" if ":" in address else address
+    url = f"http://{host}:{port}/"
+    if on_ready is not None:
+        on_ready(url)
+    if show:
+        server.io_loop.add_callback(server.show, "/")
+    server.start()
+    try:
+        server.io_loop.start()
+    finally:
+        server.stop()
+
+
+def _factory(store: RunStore, *, live: bool, run_id: str | None, refresh_ms: int):
+    def app():
+        return build_app(store, live=live, run_id=run_id, refresh_ms=refresh_ms)
+    return app

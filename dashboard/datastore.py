@@ -1,0 +1,330 @@
+"""DataStore: one run's view rows and the user's filters, for every dashboard view.
+
+Rule: the DataStore reads only the store's SQL views (the model views, ``incidents`` and
+``run_thresholds``), one query per view per refresh, and derives nothing the views already say.
+What it adds is selection: which run, which incident, which rollouts to draw. Views watch its
+parameters and only draw.
+
+Refresh is incremental for live mode: each tick asks every interval view only for rows that
+started, ended or are still open since a watermark (the latest time seen, less a margin for late
+arrivals), and replaces rows by key. Rows that arrive later than the margin are picked up by a
+full reload every ``FULL_RELOAD_EVERY`` ticks. Incidents are re-read whole each tick: they are
+few, and a detector may revise one.
+
+A view that a store file predates (``incidents`` and ``run_thresholds`` arrived after the first
+files were written, ``serving_samples`` is proposed) reads as an empty frame with its columns;
+once the file has it, it is used.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pandas as pd
+import param
+
+from rolloutscope.collectors.store import RunStore
+from rolloutscope.collectors.store.errors import StoreError
+
+log = logging.getLogger(__name__)
+
+FULL_RELOAD_EVERY = 30
+LATE_MARGIN_NS = 30 * 10**9  # rows ending this long before the latest time seen are re-read
+
+
+@dataclass(frozen=True)
+class ViewSpec:
+    """How the DataStore reads one store view."""
+
+    name: str
+    key: tuple[str, ...]  # identifies a row across refreshes
+    times: tuple[str, ...]  # (start, end) columns for the incremental filter; () = whole view
+    columns: tuple[str, ...] = ()  # for an absent optional view: the frame's columns
+    optional: bool = False
+
+
+INCIDENT_COLUMNS = ("run_id", "incident_id", "kind", "severity", "start_ns", "end_ns",
+                    "subject", "summary", "evidence", "caused_by")
+
+VIEWS: dict[str, ViewSpec] = {v.name: v for v in (
+    ViewSpec("checkpoint_windows", ("checkpoint_id",), ("start_ns", "end_ns")),
+    ViewSpec("checkpoint_ops", ("span_id",), ("start_ns", "end_ns")),
+    ViewSpec("shard_states", ("span_id",), ("start_ns", "end_ns")),
+    ViewSpec("rollout_attempts", ("span_id",), ("start_ns", "end_ns")),
+    ViewSpec("deadlines", ("deadline_id",), ("start_ns", "end_ns")),
+    ViewSpec("parked_intervals", ("span_id",), ("start_ns", "end_ns")),
+    ViewSpec("completions", ("rollout_id", "attempt"), ("completed_ns", "ack_ns")),
+    ViewSpec("incidents", ("incident_id",), (), INCIDENT_COLUMNS, optional=True),
+    ViewSpec("run_thresholds", ("run_id",), (),
+             ("run_id", "start_ns", "end_ns", "rollout_timeout_s", "prepare_timeout_s",
+              "lease_grace_s", "stall_timeout_s", "watchdog_interval_s", "max_num_steps",
+              "unhealthy_threshold", "backend_timeout_s", "max_infra_attempts_per_prompt"),
+             optional=True),
+    # router/serving_backends against gen_fleet/serving_shards at each watchdog tick
+    ViewSpec("serving_samples", ("ts_ns",), ("ts_ns", "ts_ns"),
+             ("run_id", "ts_ns", "router_serving", "fleet_serving"), optional=True),
+)}
+
+ROLLOUT_FILTERS = {
+    "in incidents": "rollouts named by an incident's evidence or subject",
+    "all": "every rollout (capped, longest first)",
+    "failed": "rollouts with a failed or cancelled try",
+    "redispatched": "rollouts with more than one try",
+    "parked": "rollouts parked by a snapshot",
+    "open": "rollouts with a try still running",
+}
+FAILURE_CLASSES = ["any", "infra", "data"]
+MAX_ROLLOUT_LANES = 120
+
+
+def _empty(spec: ViewSpec) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype="object") for c in spec.columns})
+
+
+class DataStore(param.Parameterized):
+    """The run a dashboard shows, its view rows, and what the user selected."""
+
+    run_id = param.Selector(default=None, objects=[], doc="the run shown")
+    incident = param.String(default=None, allow_None=True, doc="selected incident_id")
+    rollout_filter = param.Selector(default="in incidents", objects=list(ROLLOUT_FILTERS))
+    failure_class = param.Selector(default="any", objects=FAILURE_CLASSES)
+    outcomes = param.ListSelector(default=[], objects=["open", "committed", "failed",
+                                                       "cancelled"],
+                                  doc="attempt outcomes to list (empty: all)")
+    time_range = param.Range(default=None, allow_None=True,
+                             doc="seconds since run start the user is looking at")
+    live = param.Boolean(default=False, constant=True)
+    paused = param.Boolean(default=False, doc="live refresh paused")
+    version = param.Integer(default=0, doc="bumped whenever the frames change")
+    last_refresh_ms = param.Number(default=0.0)
+
+    def __init__(self, store: RunStore, *, run_id: str | None = None, live: bool = False,
+                 **params) -> None:
+        super().__init__(live=live, **params)
+        self.store = store
+        self.frames: dict[str, pd.DataFrame] = {name: _empty(spec) for name, spec in
+                                                VIEWS.items()}
+        self.problems: list[str] = []
+        self._present: dict[str, bool] = {}
+        self._ticks = 0
+        self._watermark: int | None = None
+        self.config: dict = {}
+        runs = store.run_ids()
+        self.param.run_id.objects = runs
+        self.run_id = run_id or (runs[-1] if runs else None)
+        self.refresh(full=True)
+        self.param.watch(self._on_run, "run_id")
+
+    # -- reading -----------------------------------------------------------------------------
+    def _view_present(self, name: str) -> bool:
+        if not self._present.get(name):
+            self._present[name] = bool(self.store.query(
+                "SELECT count(*) FROM duckdb_views() WHERE view_name = ?", [name])[0][0])
+        return self._present[name]
+
+    def _read(self, spec: ViewSpec, since: int | None) -> pd.DataFrame | None:
+        if spec.optional and not self._view_present(spec.name):
+            return None
+        sql = f"SELECT * FROM {spec.name} WHERE run_id = ?"  # name from VIEWS, not from input
+        params: list = [self.run_id]
+        if since is not None and spec.times:
+            start, end = spec.times
+            sql += f" AND ({end} IS NULL OR {end} >= ? OR {start} >= ?)"
+            params += [since, since]
+        try:
+            return self.store.query_df(sql, params)
+        except StoreError as exc:
+            if not spec.optional:
+                raise
+            self.problems.append(f"view {spec.name} unreadable: {exc}")
+            log.warning("view %s unreadable: %s", spec.name, exc)
+            return None
+
+    def refresh(self, *, full: bool = False) -> bool:
+        """Read what changed since the last refresh; True if any frame changed."""
+        if self.run_id is None:
+            return False
+        t = time.perf_counter()
+        self._ticks += 1
+        full = full or self._watermark is None or self._ticks % FULL_RELOAD_EVERY == 0
+        since = None if full else self._watermark - LATE_MARGIN_NS
+        self.problems = []
+        changed = False
+        for name, spec in VIEWS.items():
+            new = self._read(spec, None if not spec.times else since)
+            if new is None:
+                continue
+            old = self.frames[name]
+            if full or not spec.times:
+                merged = new
+                changed = changed or not _same(old, new)
+            elif len(new):
+                keys = pd.MultiIndex.from_frame(new[list(spec.key)].astype(str))
+                kept = old[~pd.MultiIndex.from_frame(old[list(spec.key)].astype(str))
+                           .isin(keys)] if len(old) else old
+                merged = pd.concat([kept, new], ignore_index=True) if len(kept) else new
+                changed = changed or not _same(old, merged)
+            else:
+                continue
+            self.frames[name] = merged.reset_index(drop=True)
+        if full:
+            self.config = self.store.run_config(self.run_id)
+        self._watermark = self.last_seen_ns()
+        self.last_refresh_ms = (time.perf_counter() - t) * 1e3
+        if changed or full:
+            self.version += 1
+        return changed
+
+    def tick(self) -> None:
+        """The live periodic callback: refresh unless paused."""
+        if not self.paused:
+            self.refresh()
+
+    def _on_run(self, event) -> None:
+        self.incident = None
+        self.time_range = None
+        self._watermark = None
+        self._ticks = 0
+        self.refresh(full=True)
+
+    # -- what the views ask ------------------------------------------------------------------
+    def view(self, name: str) -> pd.DataFrame:
+        return self.frames[name]
+
+    def first_seen_ns(self) -> int:
+        th = self.frames["run_thresholds"]
+        if len(th) and pd.notna(th.start_ns.iloc[0]):
+            return int(th.start_ns.iloc[0])
+        starts = [int(df[c].min()) for name, df in self.frames.items()
+                  for c in VIEWS[name].times[:1] if len(df) and df[c].notna().any()]
+        return min(starts) if starts else 0
+
+    def last_seen_ns(self) -> int:
+        """'Now' for drawing open intervals: the latest time any view row mentions."""
+        ends = []
+        for name, df in self.frames.items():
+            for c in dict.fromkeys(VIEWS[name].times):
+                if len(df) and df[c].notna().any():
+                    ends.append(int(df[c].max()))
+        th = self.frames["run_thresholds"]
+        if len(th) and pd.notna(th.end_ns.iloc[0]):
+            ends.append(int(th.end_ns.iloc[0]))
+        return max(ends) if ends else self.first_seen_ns()
+
+    def incidents(self) -> pd.DataFrame:
+        """Incidents newest first."""
+        return self.frames["incidents"].sort_values(["start_ns", "incident_id"],
+                                                    ascending=[False, True])
+
+    def selected_incident(self) -> Mapping | None:
+        if not self.incident:
+            return None
+        inc = self.frames["incidents"]
+        rows = inc[inc.incident_id == self.incident]
+        return rows.iloc[0].to_dict() if len(rows) else None
+
+    def evidence(self, incident: Mapping | None = None) -> frozenset[str]:
+        incident = incident if incident is not None else self.selected_incident()
+        if incident is None:
+            return frozenset()
+        return frozenset(str(e) for e in _listish(incident.get("evidence")))
+
+    def incident_rollouts(self) -> set[str]:
+        """Rollouts an incident names: through an evidence span, or as its subject."""
+        inc = self.frames["incidents"]
+        if self.incident:
+            inc = inc[inc.incident_id == self.incident]
+        spans = {str(e) for ev in inc.evidence for e in _listish(ev)}
+        out: set[str] = set()
+        for name in ("rollout_attempts", "deadlines", "parked_intervals", "completions"):
+            df = self.frames[name]
+            if len(df) and "span_id" in df:
+                out.update(df.rollout_id[df.span_id.isin(spans)].dropna().astype(str))
+        attempts = self.frames["rollout_attempts"]
+        subjects = set(inc.subject.dropna().astype(str))
+        if len(attempts) and subjects:
+            known = set(attempts.rollout_id.dropna().astype(str))
+            out.update(s.split(" try ")[0] for s in subjects if s.split(" try ")[0] in known)
+        return out
+
+    def rollout_lanes(self, cap: int = MAX_ROLLOUT_LANES) -> tuple[list[str], int]:
+        """The rollout lanes the timeline draws under the current filter, and how many match."""
+        att = self.frames["rollout_attempts"]
+        mode = self.rollout_filter
+        if mode == "in incidents":
+            ids = self.incident_rollouts()
+            sel = att[att.rollout_id.astype(str).isin(ids)]
+        elif mode == "failed":
+            sel = att[att.outcome.isin(["failed", "cancelled"])]
+        elif mode == "redispatched":
+            sel = att[att.attempt.fillna(0) > 0]
+        elif mode == "parked":
+            parked = set(self.frames["parked_intervals"].rollout_id.dropna().astype(str))
+            sel = att[att.rollout_id.astype(str).isin(parked)]
+        elif mode == "open":
+            sel = att[att.outcome == "open"]
+        else:
+            sel = att
+        if self.failure_class != "any":
+            sel = sel[sel.failure_class == self.failure_class]
+        if not len(sel):
+            return [], 0
+        now = self.last_seen_ns()
+        span = (sel.end_ns.fillna(now) - sel.start_ns).groupby(sel.rollout_id.astype(str)).sum()
+        first = sel.groupby(sel.rollout_id.astype(str)).start_ns.min()
+        chosen = span.sort_values(ascending=False).index[:cap]
+        ordered = first.loc[chosen].sort_values().index.tolist()
+        return ordered, int(span.size)
+
+    def attempts_table(self) -> pd.DataFrame:
+        att = self.frames["rollout_attempts"]
+        if self.outcomes:
+            att = att[att.outcome.isin(self.outcomes)]
+        if self.failure_class != "any":
+            att = att[att.failure_class == self.failure_class]
+        return att
+
+    def indicators(self) -> dict[str, int]:
+        """Live counts, each a row count of one view."""
+        att, parked = self.frames["rollout_attempts"], self.frames["parked_intervals"]
+        win, shards = self.frames["checkpoint_windows"], self.frames["shard_states"]
+        current = shards[shards.end_ns.isna()] if len(shards) else shards
+        return {
+            "committed": int((att.outcome == "committed").sum()),
+            "in_flight": int((att.outcome == "open").sum()),
+            "parked": int(parked.end_ns.isna().sum()) if len(parked) else 0,
+            "redispatches": int((att.attempt.fillna(0) > 0).sum()) if len(att) else 0,
+            "failed_tries": int(att.outcome.isin(["failed", "cancelled"]).sum()),
+            "snapshots_ok": int((win.outcome == "committed").sum()),
+            "snapshots_failed": int(win.outcome.isin(["failed", "aborted"]).sum()),
+            "snapshots_open": int((win.outcome == "open").sum()),
+            "serving": int(current.serving.fillna(False).astype(bool).sum()) if len(current)
+            else 0,
+            "shards": int(shards.shard_idx.nunique()) if len(shards) else 0,
+            "incidents": len(self.frames["incidents"]),
+        }
+
+    def thresholds(self) -> dict[str, object]:
+        th = self.frames["run_thresholds"]
+        if len(th):
+            row = th.iloc[0].drop(labels=["run_id", "start_ns", "end_ns"], errors="ignore")
+            return {k: v for k, v in row.items() if pd.notna(v)}
+        return {}
+
+
+def _listish(v) -> list:
+    if v is None or (isinstance(v, float) and pd.isna(v)):
+        return []
+    return list(v)
+
+
+def _same(a: pd.DataFrame, b: pd.DataFrame) -> bool:
+    if len(a) != len(b) or list(a.columns) != list(b.columns):
+        return False
+    try:
+        return bool(a.reset_index(drop=True).equals(b.reset_index(drop=True)))
+    except (TypeError, ValueError):
+        return False

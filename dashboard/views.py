@@ -1,0 +1,486 @@
+"""The dashboard's views. Each reads its DataStore and only draws (``__panel__``).
+
+The same objects render in the served app and in a notebook cell. Text from the data (span
+attributes, incident summaries) is only ever shown escaped: HTML panes get ``html.escape``d
+strings, tables use Tabulator's ``plaintext``/``textarea`` formatters, which sanitise.
+"""
+
+from __future__ import annotations
+
+import html
+from datetime import UTC, datetime
+
+import holoviews as hv
+import pandas as pd
+import panel as pn
+import param
+
+from rolloutscope.dashboard import plots, style
+from rolloutscope.dashboard import timeline_plot as tl
+from rolloutscope.dashboard.datastore import DataStore
+from rolloutscope.dashboard.story import incident_story, story_html
+
+# load the Bokeh backend (and its option names) without notebook side effects
+hv.renderer("bokeh")
+
+S = 1e9
+CSS = """
+.rs-header {font-size: 13px; line-height: 1.45; margin: 0}
+.rs-header b {font-weight: 600}
+.rs-kv {display: inline-block; margin-right: 14px; white-space: nowrap}
+.rs-stats {display: flex; flex-wrap: wrap; gap: 6px; margin: 2px 0}
+.rs-stat {border: 1px solid #d5dbe1; border-radius: 4px; padding: 3px 9px; min-width: 92px;
+          background: #fbfcfd}
+.rs-stat .v {font-size: 20px; font-weight: 600; font-variant-numeric: tabular-nums}
+.rs-stat .k {font-size: 11px; color: #5d6d7e}
+.rs-stat.bad .v {color: #d1495b}
+.rs-note {font-size: 12px; color: #5d6d7e}
+.rs-story {font-size: 13px; line-height: 1.5; max-width: 760px}
+.rs-story h3 {margin: 4px 0 6px 0; text-transform: capitalize}
+.rs-story h3 small {text-transform: none; color: #5d6d7e; font-weight: 400; margin-left: 6px}
+.rs-story .rs-t {display: inline-block; min-width: 70px; color: #5d6d7e;
+                 font-variant-numeric: tabular-nums}
+.rs-story ol {padding-left: 22px; margin: 4px 0}
+.rs-critical {color: #d1495b} .rs-warning {color: #b7791f} .rs-info {color: #5b7db1}
+.rs-muted {color: #5d6d7e}
+"""
+
+TEXT_COLUMNS_WIDE = {"summary", "error", "failure_reason", "detail", "subject"}
+
+
+def text_table(df: pd.DataFrame, **kw) -> pn.widgets.Tabulator:
+    """A read-only table whose text cells render as text, never as markup."""
+    formatters = {c: {"type": "textarea" if c in TEXT_COLUMNS_WIDE else "plaintext"}
+                  for c in df.columns if df[c].dtype == object or str(df[c].dtype) == "string"}
+    kw.setdefault("pagination", "remote")
+    kw.setdefault("page_size", 25)
+    return pn.widgets.Tabulator(df, formatters=formatters, disabled=True, show_index=False,
+                                layout="fit_data_stretch", theme="simple",
+                                sizing_mode="stretch_width", **kw)
+
+
+def _utc(ns: int) -> str:
+    return datetime.fromtimestamp(ns / S, tz=UTC).strftime("%Y-%m-%d %H:%M:%S") + "Z"
+
+
+class View(pn.viewable.Viewer):
+    data = param.ClassSelector(class_=DataStore)
+
+    def __init__(self, data: DataStore, **params) -> None:
+        super().__init__(data=data, **params)
+
+    def _frames(self, *, rollout_ids=(), evidence=frozenset(), keep=None) -> tl.TimelineFrames:
+        f = self.data.frames
+        sub = {name: f[name] for name in ("checkpoint_windows", "checkpoint_ops",
+                                          "shard_states", "rollout_attempts",
+                                          "parked_intervals", "deadlines", "completions",
+                                          "incidents")}
+        ids = set(map(str, rollout_ids))
+        for name in ("rollout_attempts", "parked_intervals", "deadlines", "completions"):
+            df = sub[name]
+            sub[name] = df[df.rollout_id.astype(str).isin(ids)] if len(df) else df
+        if keep is not None:
+            for name in set(sub) - set(keep) - {"incidents"}:
+                sub[name] = sub[name].iloc[:0]
+        return tl.TimelineFrames(**sub, rollout_ids=tuple(rollout_ids), evidence=evidence)
+
+    def _t0(self) -> int:
+        return self.data.first_seen_ns()
+
+
+class Overview(View):
+    """Run header, live indicators, and the incident list (newest first, one sentence each)."""
+
+    def __init__(self, data: DataStore, **params) -> None:
+        super().__init__(data, **params)
+        self._table = text_table(self._incident_rows(), selectable=1, page_size=15,
+                                 widths={"summary": 720})
+        self._table.param.watch(self._on_select, "selection")
+        data.param.watch(self._on_version, "version")
+
+    def _incident_rows(self) -> pd.DataFrame:
+        inc = self.data.incidents()
+        t0 = self._t0()
+        return pd.DataFrame({
+            "t (s)": ((inc.start_ns.astype("float64") - t0) / S).round(1).to_numpy(),
+            "severity": inc.severity.astype(str).to_numpy(),
+            "kind": inc.kind.astype(str).to_numpy(),
+            "subject": inc.subject.astype(str).to_numpy(),
+            "summary": inc.summary.astype(str).to_numpy(),
+            "incident_id": inc.incident_id.astype(str).to_numpy(),
+        })
+
+    def _on_version(self, event) -> None:
+        self._table.value = self._incident_rows()
+
+    def _on_select(self, event) -> None:
+        if event.new:
+            self.data.incident = str(self._table.value.incident_id.iloc[event.new[0]])
+
+    @param.depends("data.version")
+    def header(self) -> pn.pane.HTML:
+        d, e = self.data, html.escape
+        t0, now = d.first_seen_ns(), d.last_seen_ns()
+        kv = [("run", d.run_id), ("from", _utc(t0) if t0 else "-"),
+              ("to", _utc(now) if now else "-"), ("length", f"{(now - t0) / S:,.1f} s")]
+        th = d.thresholds()
+        cfg = [(k, f"{v:g}" if isinstance(v, float) else str(v)) for k, v in th.items()]
+        if not cfg:
+            cfg = [(k, str(v)) for k, v in list(d.config.items())[:10]
+                   if not isinstance(v, (dict, list))]
+        mode = "live" if d.live else "finished run (read-only)"
+        top = "".join(f"<span class='rs-kv'><b>{e(k)}</b> {e(str(v))}</span>" for k, v in kv)
+        conf = "".join(f"<span class='rs-kv'>{e(k)} = <b>{e(v)}</b></span>" for k, v in cfg)
+        probs = "".join(f"<div class='rs-note'>{e(p)}</div>" for p in d.problems)
+        return pn.pane.HTML(f"<div class='rs-header'>{top}<span class='rs-kv rs-note'>{mode}"
+                            f"</span><br>{conf}{probs}</div>", sizing_mode="stretch_width",
+                            stylesheets=[CSS])
+
+    @param.depends("data.version")
+    def indicators(self) -> pn.pane.HTML:
+        n = self.data.indicators()
+        cells = [
+            ("rollouts committed", n["committed"], False),
+            ("in flight", n["in_flight"], False),
+            ("parked", n["parked"], False),
+            ("redispatches", n["redispatches"], n["redispatches"] > 0),
+            ("failed tries", n["failed_tries"], n["failed_tries"] > 0),
+            ("snapshots ok", n["snapshots_ok"], False),
+            ("snapshots failed", n["snapshots_failed"], n["snapshots_failed"] > 0),
+            ("serving shards", f"{n['serving']} / {n['shards']}", n["serving"] < n["shards"]),
+            ("incidents", n["incidents"], n["incidents"] > 0),
+        ]
+        body = "".join(f"<div class='rs-stat{' bad' if bad else ''}'><div class='v'>"
+                       f"{html.escape(str(v))}</div><div class='k'>{k}</div></div>"
+                       for k, v, bad in cells)
+        return pn.pane.HTML(f"<div class='rs-stats'>{body}</div>", sizing_mode="stretch_width",
+                            stylesheets=[CSS])
+
+    def __panel__(self):
+        return pn.Column(self.header, self.indicators,
+                         pn.pane.HTML("<b>Incidents</b> <span class='rs-note'>newest first; "
+                                      "select one to follow it on the timeline</span>",
+                                      stylesheets=[CSS]),
+                         self._table, sizing_mode="stretch_width")
+
+
+class Timeline(View):
+    """Checkpoint windows, participants, shards and rollouts on one linked time axis."""
+
+    follow = param.Boolean(default=True, doc="keep the x-range on the whole run as it grows")
+
+    def __init__(self, data: DataStore, **params) -> None:
+        super().__init__(data, **params)
+        self._user_range: tuple[float, float] | None = None
+        self._shown_range: tuple[float, float] | None = None
+        self._focus_for: str | None = None
+        streams = [hv.streams.Params(data, ["version", "incident", "rollout_filter",
+                                            "failure_class"])]
+        self.lanes = hv.DynamicMap(self._lanes, streams=streams)
+        self.serving = hv.DynamicMap(self._serving, streams=streams)
+        self._range = hv.streams.RangeX(source=self.lanes)
+        self._range.add_subscriber(self._on_range)
+        self.whole = pn.widgets.Button(label="Whole run", width=100)
+        self.whole.on_click(self._whole_run)
+
+    # the time window the plot shows
+    def _on_range(self, x_range=None, **_) -> None:
+        if x_range is not None and x_range != self._shown_range:
+            self._user_range = tuple(float(v) for v in x_range)
+
+    def _whole_run(self, *_):
+        self._user_range = None
+        self._focus_for = None
+        if self.data.incident is None:
+            self.data.param.trigger("version")
+        else:
+            self.data.incident = None
+
+    def xlim(self) -> tuple[float, float]:
+        d = self.data
+        t0, now = d.first_seen_ns(), d.last_seen_ns()
+        whole = (0.0, max((now - t0) / S, 1.0))
+        inc = d.selected_incident()
+        if inc is not None and self._focus_for != d.incident:
+            self._focus_for = d.incident
+            self._user_range = None
+            rng = tl.focus_range(inc, self._frames(
+                rollout_ids=d.rollout_lanes()[0], evidence=d.evidence(inc)), t0_ns=t0,
+                now_ns=now)
+        elif inc is None and self._focus_for is not None:
+            self._focus_for = None
+            self._user_range = None
+            rng = whole
+        elif self._user_range is not None:
+            rng = self._user_range
+        elif inc is not None and self._shown_range is not None:
+            rng = self._shown_range
+        else:
+            rng = whole
+        self._shown_range = rng
+        return rng
+
+    def _lanes(self, version, incident, rollout_filter, failure_class):
+        d = self.data
+        ids, total = d.rollout_lanes()
+        frames = self._frames(rollout_ids=ids, evidence=d.evidence())
+        inc = d.selected_incident()
+        t0, now = d.first_seen_ns(), d.last_seen_ns()
+        highlight = None
+        if inc is not None:
+            end = inc["end_ns"] if pd.notna(inc["end_ns"]) else now
+            highlight = ((inc["start_ns"] - t0) / S, (end - t0) / S)
+        return tl.lane_plot(frames, t0_ns=t0, now_ns=now, xlim=self.xlim(),
+                            highlight=highlight)
+
+    @param.depends("data.version", "data.incident", "data.rollout_filter", "data.failure_class")
+    def note(self) -> pn.pane.HTML:
+        d = self.data
+        ids, total = d.rollout_lanes()
+        shown = f"showing {len(ids):,} of {total:,} rollouts" if total else "no rollouts"
+        which = d.rollout_filter + (f", {d.failure_class}" if d.failure_class != "any" else "")
+        return pn.pane.HTML(f"<span class='rs-note'>{html.escape(shown)} ({html.escape(which)})"
+                            "; wheel zooms time, drag pans; dashed outline = still open</span>",
+                            stylesheets=[CSS], sizing_mode="stretch_width")
+
+    def _serving(self, version, incident, rollout_filter, failure_class):
+        d = self.data
+        t0, now = d.first_seen_ns(), d.last_seen_ns()
+        return tl.serving_plot(d.frames["shard_states"], t0_ns=t0, now_ns=now,
+                               xlim=self._shown_range,
+                               router=plots.router_samples(d.frames["serving_samples"], t0))
+
+    def incident_select(self) -> pn.widgets.Select:
+        return incident_selector(self.data)
+
+    def __panel__(self):
+        controls = pn.Row(
+            self.incident_select(),
+            pn.widgets.Select.from_param(self.data.param.rollout_filter, label="rollouts",
+                                         width=150),
+            pn.widgets.Select.from_param(self.data.param.failure_class, label="failure class",
+                                         width=110),
+            self.whole, sizing_mode="stretch_width")
+        plot = pn.pane.HoloViews((self.lanes + self.serving).cols(1).opts(
+            hv.opts.Layout(shared_axes=True, merge_tools=False)),
+            sizing_mode="stretch_width", linked_axes=True)
+        return pn.Column(controls, self.note, plot, sizing_mode="stretch_width")
+
+
+def incident_selector(data: DataStore) -> pn.widgets.Select:
+    """A drop-down of incidents bound both ways to ``data.incident``."""
+    def options():
+        inc = data.incidents()
+        t0 = data.first_seen_ns()
+        opts = {"(none)": ""}
+        for r in inc.itertuples(index=False):
+            opts[f"{(r.start_ns - t0) / S:,.1f} s  {r.kind}  {r.subject}"] = str(r.incident_id)
+        return opts
+
+    sel = pn.widgets.Select(label="incident", options=options(), value=data.incident or "",
+                            width=380)
+
+    def to_data(event):
+        data.incident = event.new or None
+
+    def from_data(event):
+        if event.name == "version":
+            sel.options = options()
+        sel.value = data.incident or ""
+
+    sel.param.watch(to_data, "value")
+    data.param.watch(from_data, ["incident", "version"])
+    return sel
+
+
+class Checkpoints(View):
+    """Every checkpoint's per-participant phases, blockers, outcome; duration distributions."""
+
+    def __init__(self, data: DataStore, **params) -> None:
+        super().__init__(data, **params)
+        self._phases = text_table(self._phase_rows(), page_size=20)
+        self._windows = text_table(self._window_rows(), page_size=10)
+        data.param.watch(self._update, "version")
+
+    def _phase_rows(self) -> pd.DataFrame:
+        out = plots.phase_durations(self.data.frames["checkpoint_ops"])
+        for c in plots.PHASES:
+            out[c] = pd.to_numeric(out[c], errors="coerce").round(3)
+        out["blockers"] = pd.to_numeric(out["blockers"], errors="coerce").astype("Int64")
+        return out.astype({"checkpoint_id": str, "participant": str, "outcome": str,
+                           "code": str})
+
+    def _window_rows(self) -> pd.DataFrame:
+        w = self.data.frames["checkpoint_windows"].sort_values("start_ns")
+        t0 = self._t0()
+        return pd.DataFrame({
+            "checkpoint_id": w.checkpoint_id.astype(str).to_numpy(),
+            "opened (s)": ((w.start_ns - t0) / S).round(1).to_numpy(),
+            "admission closed for (s)": pd.to_numeric(w.duration_s).round(2).to_numpy(),
+            "outcome": w.outcome.astype(str).to_numpy()})
+
+    def _update(self, event) -> None:
+        self._phases.value = self._phase_rows()
+        self._windows.value = self._window_rows()
+
+    @param.depends("data.version")
+    def distribution(self):
+        return pn.pane.HoloViews(plots.duration_distribution(self.data.frames["checkpoint_ops"]),
+                                 sizing_mode="stretch_width")
+
+    def __panel__(self):
+        return pn.Column(
+            pn.Row(pn.Column("**Snapshot windows** (admission closed → reopened)",
+                             self._windows, sizing_mode="stretch_width"),
+                   pn.Column(self.distribution, sizing_mode="stretch_width"),
+                   sizing_mode="stretch_width"),
+            "**Phases per checkpoint and participant** (seconds; worst outcome; blockers)",
+            self._phases, sizing_mode="stretch_width")
+
+
+class Fleet(View):
+    """Shard lanes, transitions with triggers, probe vs reported failures, router vs fleet."""
+
+    def __init__(self, data: DataStore, **params) -> None:
+        super().__init__(data, **params)
+        self._transitions = text_table(self._rows(), page_size=15)
+        data.param.watch(lambda e: setattr(self._transitions, "value", self._rows()), "version")
+
+    def _rows(self) -> pd.DataFrame:
+        return plots.transitions_table(self.data.frames["shard_states"], self._t0())
+
+    def _lanes(self, version):
+        d = self.data
+        frames = self._frames(keep=("checkpoint_windows", "shard_states"))
+        return tl.lane_plot(frames, t0_ns=d.first_seen_ns(), now_ns=d.last_seen_ns(),
+                            markers=False)
+
+    def _serving(self, version):
+        d = self.data
+        t0 = d.first_seen_ns()
+        return tl.serving_plot(d.frames["shard_states"], t0_ns=t0, now_ns=d.last_seen_ns(),
+                               router=plots.router_samples(d.frames["serving_samples"], t0))
+
+    def lanes(self):
+        streams = [hv.streams.Params(self.data, ["version"])]
+        plot = (hv.DynamicMap(self._lanes, streams=streams)
+                + hv.DynamicMap(self._serving, streams=streams)).cols(1)
+        return pn.pane.HoloViews(plot, linked_axes=True, sizing_mode="stretch_width")
+
+    @param.depends("data.version")
+    def router_note(self):
+        missing = not len(self.data.frames["serving_samples"])
+        return pn.pane.HTML("<span class='rs-note'>router serving backends: no samples in this "
+                            "run</span>" if missing else "", stylesheets=[CSS])
+
+    @param.depends("data.version")
+    def streaks(self):
+        return pn.pane.HoloViews(plots.failure_streaks(self.data.frames["shard_states"]),
+                                 sizing_mode="stretch_width")
+
+    def __panel__(self):
+        return pn.Column(self.lanes(), self.router_note, pn.Row(
+            pn.Column("**Transitions** (trigger, streak counters, error)", self._transitions,
+                      sizing_mode="stretch_width"),
+            pn.Column(self.streaks, width=420)), sizing_mode="stretch_width")
+
+
+class Rollouts(View):
+    """Attempts with outcome / failure-class filters; deadline-versus-snapshot overlap."""
+
+    def __init__(self, data: DataStore, **params) -> None:
+        super().__init__(data, **params)
+        self._table = text_table(self._rows(), page_size=20)
+        data.param.watch(lambda e: setattr(self._table, "value", self._rows()),
+                         ["version", "outcomes", "failure_class"])
+
+    def _rows(self) -> pd.DataFrame:
+        a = self.data.attempts_table().sort_values("start_ns")
+        t0 = self._t0()
+        return pd.DataFrame({
+            "rollout_id": a.rollout_id.astype(str).to_numpy(),
+            "try": a.attempt.astype("Int64").to_numpy(),
+            "group_id": a.group_id.astype(str).to_numpy(),
+            "start (s)": ((a.start_ns - t0) / S).round(2).to_numpy(),
+            "duration (s)": pd.to_numeric(a.duration_s).round(2).to_numpy(),
+            "outcome": a.outcome.astype(str).to_numpy(),
+            "failure class": a.failure_class.fillna("").astype(str).to_numpy(),
+            "failure_reason": a.failure_reason.fillna("").astype(str).to_numpy()})
+
+    @param.depends("data.version")
+    def overlap(self):
+        d = self.data
+        ov = plots.deadline_overlaps(d.frames["deadlines"], d.frames["checkpoint_windows"],
+                                     now_ns=d.last_seen_ns())
+        if not len(ov):
+            return pn.pane.HTML("<span class='rs-note'>No rollout deadline crossed a snapshot "
+                                "window.</span>", stylesheets=[CSS])
+        return pn.pane.HoloViews(plots.overlap_plot(ov), sizing_mode="stretch_width")
+
+    def __panel__(self):
+        filters = pn.Row(
+            pn.widgets.CheckButtonGroup.from_param(self.data.param.outcomes, label="outcome"),
+            pn.widgets.Select.from_param(self.data.param.failure_class, label="failure class",
+                                         width=110))
+        return pn.Column(self.overlap, "**Attempts** (filter by outcome; none selected = all)",
+                         filters, self._table, sizing_mode="stretch_width")
+
+
+class IncidentDetail(View):
+    """The selected incident as a numbered story beside a mini timeline."""
+
+    @param.depends("data.incident", "data.version")
+    def story(self):
+        d = self.data
+        inc = d.selected_incident()
+        if inc is None:
+            return pn.pane.HTML("<span class='rs-note'>Select an incident.</span>",
+                                stylesheets=[CSS])
+        incidents = d.frames["incidents"]
+        st = incident_story(inc, d.frames, t0_ns=self._t0(), incidents=incidents)
+        cause = None
+        if st.caused_by:
+            rows = incidents[incidents.incident_id == st.caused_by]
+            cause = str(rows.summary.iloc[0]) if len(rows) else None
+        return pn.pane.HTML(story_html(st, subject=str(inc["subject"]), caused_by_summary=cause),
+                            stylesheets=[CSS], sizing_mode="stretch_width")
+
+    @param.depends("data.incident", "data.version")
+    def mini_timeline(self):
+        d = self.data
+        inc = d.selected_incident()
+        if inc is None:
+            return pn.Spacer(height=0)
+        ev = d.evidence(inc)
+        ids = sorted(d.incident_rollouts())
+        frames = self._frames(rollout_ids=ids, evidence=ev)
+        ops = frames.checkpoint_ops
+        cks = set(ops.checkpoint_id[ops.span_id.isin(ev)]) | set(
+            d.frames["parked_intervals"].checkpoint_id[
+                d.frames["parked_intervals"].span_id.isin(ev)])
+        sh = frames.shard_states
+        shards = set(sh.shard_idx[sh.span_id.isin(ev)])
+        frames = tl.TimelineFrames(
+            checkpoint_windows=frames.checkpoint_windows,
+            checkpoint_ops=ops[ops.checkpoint_id.isin(cks) | ops.span_id.isin(ev)],
+            shard_states=sh[sh.shard_idx.isin(shards)],
+            rollout_attempts=frames.rollout_attempts, parked_intervals=frames.parked_intervals,
+            deadlines=frames.deadlines, completions=frames.completions,
+            incidents=frames.incidents, rollout_ids=frames.rollout_ids, evidence=ev)
+        t0, now = self._t0(), d.last_seen_ns()
+        end = inc["end_ns"] if pd.notna(inc["end_ns"]) else now
+        plot = tl.lane_plot(frames, t0_ns=t0, now_ns=now,
+                            xlim=tl.focus_range(inc, frames, t0_ns=t0, now_ns=now),
+                            highlight=((inc["start_ns"] - t0) / S, (end - t0) / S))
+        return pn.pane.HoloViews(plot, sizing_mode="stretch_width")
+
+    def __panel__(self):
+        return pn.Column(incident_selector(self.data),
+                         pn.Row(pn.Column(self.story, width=620),
+                                pn.Column(self.mini_timeline, sizing_mode="stretch_width"),
+                                sizing_mode="stretch_width"),
+                         sizing_mode="stretch_width")
+
+
+__all__ = ["Overview", "Timeline", "Checkpoints", "Fleet", "Rollouts", "IncidentDetail",
+           "style"]

@@ -1,0 +1,214 @@
+"""Plot builders checked as data: frames in, HoloViews elements out."""
+
+from __future__ import annotations
+
+import holoviews as hv
+import numpy as np
+import pandas as pd
+import pytest
+from holoviews.element.comparison import assert_element_equal
+
+from rolloutscope.dashboard import plots
+from rolloutscope.dashboard import timeline_plot as tl
+from rolloutscope.dashboard.story import incident_story, story_html
+
+hv.renderer("bokeh")
+TIME = hv.Dimension("t", label="time since run start (s)")
+S = 10**9
+T0 = 1_000 * S
+
+
+def ns(s: float) -> int:
+    return T0 + int(s * S)
+
+
+def frame(rows: list[dict], columns: list[str]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=columns)
+
+
+SHARD_COLS = ["shard_idx", "state", "start_ns", "end_ns", "trigger", "membership_epoch",
+              "previous_state", "last_error", "probe_failures", "reported_failures", "serving",
+              "span_id"]
+ATT_COLS = ["rollout_id", "attempt", "group_id", "start_ns", "end_ns", "outcome",
+            "failure_class", "failure_reason", "span_id"]
+PARK_COLS = ["rollout_id", "attempt", "checkpoint_id", "start_ns", "end_ns", "span_id"]
+DL_COLS = ["deadline_id", "kind", "rollout_id", "attempt", "budget_s", "start_ns", "end_ns",
+           "outcome", "suspended_s", "state_when_fired", "fired_ns", "span_id"]
+COMP_COLS = ["rollout_id", "attempt", "completed_ns", "ack_ns", "span_id"]
+WIN_COLS = ["checkpoint_id", "start_ns", "end_ns", "outcome"]
+OPS_COLS = ["checkpoint_id", "participant_kind", "instance", "op", "start_ns", "end_ns",
+            "outcome", "code", "blockers", "duration_s", "span_id"]
+INC_COLS = ["run_id", "incident_id", "kind", "severity", "start_ns", "end_ns", "subject",
+            "summary", "evidence", "caused_by"]
+
+
+def shard(idx, state, start, end, serving=True, **kw):
+    return {"shard_idx": idx, "state": state, "start_ns": ns(start),
+            "end_ns": None if end is None else ns(end), "trigger": kw.get("trigger", "initial"),
+            "membership_epoch": 1, "previous_state": kw.get("prev"), "last_error": None,
+            "probe_failures": kw.get("probe"), "reported_failures": kw.get("reported"),
+            "serving": serving, "span_id": kw.get("span_id", f"s{idx}{state}")}
+
+
+@pytest.fixture
+def p1_frames() -> tl.TimelineFrames:
+    """Seed 004's one rollout, one snapshot, in view rows."""
+    return tl.TimelineFrames(
+        checkpoint_windows=frame([{"checkpoint_id": "ck1", "start_ns": ns(150),
+                                   "end_ns": ns(210), "outcome": "committed"}], WIN_COLS),
+        checkpoint_ops=frame([
+            {"checkpoint_id": "ck1", "participant_kind": "agent", "instance": "a0",
+             "op": "prepare", "start_ns": ns(150), "end_ns": ns(152), "outcome": "ok",
+             "code": None, "blockers": None, "duration_s": 2.0, "span_id": "op-a"},
+            {"checkpoint_id": "ck1", "participant_kind": "controller", "instance": None,
+             "op": "commit", "start_ns": ns(160), "end_ns": None, "outcome": None,
+             "code": None, "blockers": None, "duration_s": None, "span_id": "op-c"}],
+            OPS_COLS),
+        shard_states=frame([shard(0, "healthy", 0, None)], SHARD_COLS),
+        rollout_attempts=frame([
+            {"rollout_id": "r-7", "attempt": 0, "group_id": "g0", "start_ns": ns(0),
+             "end_ns": ns(180), "outcome": "failed", "failure_class": "infra",
+             "failure_reason": "RolloutTimeout", "span_id": "att-0"},
+            {"rollout_id": "r-7", "attempt": 1, "group_id": "g1", "start_ns": ns(182),
+             "end_ns": None, "outcome": "open", "failure_class": None,
+             "failure_reason": None, "span_id": "att-1"}], ATT_COLS),
+        parked_intervals=frame([{"rollout_id": "r-7", "attempt": 0, "checkpoint_id": "ck1",
+                                 "start_ns": ns(150), "end_ns": ns(210), "span_id": "park"}],
+                               PARK_COLS),
+        deadlines=frame([{"deadline_id": "d0", "kind": "rollout", "rollout_id": "r-7",
+                          "attempt": 0, "budget_s": 180.0, "start_ns": ns(0),
+                          "end_ns": ns(180), "outcome": "fired", "suspended_s": 0.0,
+                          "state_when_fired": "parked", "fired_ns": ns(180),
+                          "span_id": "dl"}], DL_COLS),
+        completions=frame([{"rollout_id": "r-7", "attempt": 0, "completed_ns": ns(240),
+                            "ack_ns": None, "span_id": "exec-0"}], COMP_COLS),
+        incidents=frame([{"run_id": "r", "incident_id": "stall-1", "kind": "stall",
+                          "severity": "critical", "start_ns": ns(300), "end_ns": None,
+                          "subject": "controller", "summary": "stalled", "evidence": [],
+                          "caused_by": None}], INC_COLS),
+        rollout_ids=("r-7",), evidence=frozenset({"park", "dl"}))
+
+
+class TestLanePlot:
+    def test_lanes_run_windows_then_participants_in_protocol_order_then_shards_then_tries(
+            self, p1_frames):
+        assert tl.lanes_for(p1_frames).labels == (
+            "checkpoint windows", "controller", "agent a0", "shard 0", "r-7 try 0", "r-7 try 1")
+
+    def test_open_intervals_reach_now_and_say_so(self, p1_frames):
+        rects = tl.interval_rects(p1_frames, tl.lanes_for(p1_frames), T0, ns(400))
+        try1 = rects[rects.span_id == "att-1"].iloc[0]
+        assert (try1.x0, try1.x1, try1.end_s) == (182.0, 400.0, "open")
+        shard0 = rects[rects.lane == "shard 0"].iloc[0]
+        assert (shard0.x1, shard0.end_s) == (400.0, "open")
+
+    def test_a_parked_bar_sits_inside_its_try_bar(self, p1_frames):
+        rects = tl.interval_rects(p1_frames, tl.lanes_for(p1_frames), T0, ns(400))
+        park = rects[rects.span_id == "park"].iloc[0]
+        att = rects[rects.span_id == "att-0"].iloc[0]
+        assert att.y0 < park.y0 < park.y1 < att.y1
+        assert (park.x0, park.x1) == (150.0, 210.0)
+
+    def test_an_unacknowledged_completion_has_its_own_marker(self, p1_frames):
+        marks = tl.instants(p1_frames, tl.lanes_for(p1_frames), T0)
+        assert marks["completed, unacknowledged"][["x", "lane"]].values.tolist() == [
+            [240.0, "r-7 try 0"]]
+        assert marks["acknowledged"].empty
+        fired = marks["deadline fired"].iloc[0]
+        assert (fired.x, fired.lane, fired.detail) == (180.0, "r-7 try 0", "while parked")
+
+    def test_evidence_is_outlined_and_stalls_are_shaded_to_now(self, p1_frames):
+        plot = tl.lane_plot(p1_frames, t0_ns=T0, now_ns=ns(400))
+        stall, evidence = plot.get(0), plot.get(4)
+        lanes = len(tl.lanes_for(p1_frames).labels)
+        assert_element_equal(stall, hv.Rectangles(
+            pd.DataFrame({"t": [300.0], "y": [-lanes + 0.5], "t_end": [400.0], "y_top": [0.5],
+                          "what": ["stall"], "detail": ["stalled"]}),
+            [TIME, "y", "t_end", "y_top"], ["what", "detail"], group="Stall", label="stall"))
+        assert sorted(evidence.dframe().span_id) == ["park"]  # the deadline is a marker
+
+    def test_layers_are_the_same_whatever_the_data(self, p1_frames):
+        empty = tl.TimelineFrames(**{f: getattr(p1_frames, f).iloc[:0] for f in (
+            "checkpoint_windows", "checkpoint_ops", "shard_states", "rollout_attempts",
+            "parked_intervals", "deadlines", "completions", "incidents")})
+        full = tl.lane_plot(p1_frames, t0_ns=T0, now_ns=ns(400))
+        none = tl.lane_plot(empty, t0_ns=T0, now_ns=ns(400))
+        assert [(type(e), e.group, e.label) for e in full] == \
+            [(type(e), e.group, e.label) for e in none]
+
+    def test_focus_covers_the_incident_and_its_evidence_with_padding(self, p1_frames):
+        incident = {"start_ns": ns(180), "end_ns": ns(180)}
+        lo, hi = tl.focus_range(incident, p1_frames, t0_ns=T0, now_ns=ns(400))
+        assert lo == pytest.approx(150 - 0.12 * 60) and hi == pytest.approx(210 + 0.12 * 60)
+
+
+class TestServing:
+    def test_serving_count_steps_down_when_a_shard_leaves_and_holds_to_now(self):
+        shards = frame([shard(0, "healthy", 0, None), shard(1, "healthy", 0, 10),
+                        shard(1, "dead", 10, None, serving=False)], SHARD_COLS)
+        plot = tl.serving_plot(shards, t0_ns=T0, now_ns=ns(30))
+        assert_element_equal(plot.get(1), hv.Curve(
+            pd.DataFrame({"t": [0.0, 10.0, 30.0], "serving": [2.0, 1.0, 1.0]}), TIME, "serving",
+            label="fleet serving shards"))
+        assert plot.get(0).dframe().serving.tolist() == [2.0, 2.0]  # shards in the fleet
+
+
+class TestPanels:
+    def test_phase_durations_pivot_per_checkpoint_and_participant(self, p1_frames):
+        out = plots.phase_durations(p1_frames.checkpoint_ops)
+        assert out[["checkpoint_id", "participant", "prepare", "outcome"]].fillna(-1) \
+            .values.tolist() == [["ck1", "agent a0", 2.0, "ok"],
+                                 ["ck1", "controller", -1, "open"]]
+
+    def test_the_overlap_plot_shows_the_snapshot_outlasting_the_fired_deadline(self, p1_frames):
+        ov = plots.deadline_overlaps(p1_frames.deadlines, p1_frames.checkpoint_windows,
+                                     now_ns=ns(400))
+        assert ov[["row", "kind", "x0", "x1"]].values.tolist() == [
+            ["r-7 try 0", "budget", 0.0, 180.0],
+            ["r-7 try 0", "snapshot", 150.0, 210.0],
+            ["r-7 try 0", "fired", 180.0, 180.0]]
+        plot = plots.overlap_plot(ov)
+        assert_element_equal(plot.get(2), hv.Points(
+            pd.DataFrame({"x": [180.0], "y": [0.0], "row": ["r-7 try 0"],
+                          "detail": ["fired while parked"]}),
+            ["x", "y"], ["row", "detail"], label="deadline fired"))
+
+    def test_a_deadline_no_window_crossed_is_not_drawn(self, p1_frames):
+        late = p1_frames.checkpoint_windows.assign(start_ns=ns(500), end_ns=ns(560))
+        assert plots.deadline_overlaps(p1_frames.deadlines, late, now_ns=ns(600)).empty
+
+    def test_failure_streaks_compare_probe_and_reported_per_shard(self):
+        shards = frame([shard(3, "suspect", 0, 5, probe=1),
+                        shard(3, "dead", 5, None, probe=1, reported=3, serving=False)],
+                       SHARD_COLS)
+        assert_element_equal(plots.failure_streaks(shards), hv.Bars(
+            pd.DataFrame({"shard": ["shard 3", "shard 3"], "source": ["probe", "reported"],
+                          "failures": [1.0, 3.0]}), ["shard", "source"],
+            hv.Dimension("failures", label="worst streak")))
+
+
+class TestStory:
+    def incident(self):
+        return {"incident_id": "p1", "kind": "deadline_fired_while_parked",
+                "severity": "critical", "start_ns": ns(180), "end_ns": ns(180),
+                "subject": "r-7 try 0", "summary": "Rollout r-7 try 0: <b>fired</b>",
+                "evidence": ["dl", "park", "elsewhere"], "caused_by": None}
+
+    def test_the_story_walks_the_evidence_in_time_order(self, p1_frames):
+        frames = {n: getattr(p1_frames, n) for n in (
+            "deadlines", "parked_intervals", "rollout_attempts", "completions",
+            "checkpoint_ops", "shard_states")}
+        st = incident_story(self.incident(), frames, t0_ns=T0,
+                            incidents=pd.DataFrame(columns=INC_COLS))
+        assert [t for t, _ in st.steps] == [0.0, 150.0, 180.0, 210.0]
+        assert st.steps[2][1].startswith("The deadline fires while the try is parked")
+        assert st.unmatched_evidence == 1
+        assert "suspend_request_deadlines" in st.fix
+
+    def test_the_story_html_escapes_everything_from_the_data(self, p1_frames):
+        st = incident_story(self.incident(), {}, t0_ns=T0,
+                            incidents=pd.DataFrame(columns=INC_COLS))
+        out = story_html(st, subject="<script>alert(1)</script>")
+        assert "<script>" not in out and "&lt;script&gt;" in out
+        assert "&lt;b&gt;fired&lt;/b&gt;" in out
+        assert np.char.count(out, "<ol>") == 0  # no evidence found: no empty list
