@@ -218,7 +218,7 @@ class StoreWriter:
         con = self._con
         seen: dict[str, tuple[int, int]] = {}
         con.execute("BEGIN")
-        for table in BATCH_TABLES:
+        for table in _COMMIT_ORDER:
             arrow = merged.arrow(table)
             if arrow is None:
                 continue
@@ -298,6 +298,12 @@ def _run_bounds(rows: pa.Table) -> dict[str, tuple[int, int]]:
     return {run_id: (first, last) for run_id, first, last in zip(
         grouped.column("run_id").to_pylist(), grouped.column("first_min").to_pylist(),
         grouped.column("last_max").to_pylist(), strict=True) if run_id is not None}
+
+
+# Start markers go in before finished spans: when a marker and its span's end arrive in the same
+# commit, the span's insert must find the marker to delete it, or a finished interval would stay
+# "open" beside its closed row.
+_COMMIT_ORDER = ("open_spans", *(t for t in BATCH_TABLES if t != "open_spans"))
 
 
 def _as_store_error(exc: Exception) -> StoreError:

@@ -186,3 +186,18 @@ def test_a_file_with_older_views_is_read_through_the_current_ones(store_path):
         worker.start()
         worker.join()
         assert seen == [10, 10]
+
+
+def test_a_marker_and_its_span_in_one_commit_leave_no_open_interval(store_path):
+    with RunStore(store_path) as store:
+        batch = RowBatch()
+        common = dict(run_id="r", trace_id="a" * 32, parent_span_id=None, name="rl.deadline",
+                      kind="INTERNAL", service="svc", start_ns=1, status_code="UNSET",
+                      status_message=None, resource_json=None, scope=None)
+        batch.add_span(span_id="1" * 16, end_ns=1,
+                       attributes={"rolloutscope.open_marker_for": "2" * 16}, **common)
+        batch.add_span(span_id="2" * 16, end_ns=5, attributes={}, **common)
+        store.writer().write(batch)
+        assert store.query("SELECT count(*) FROM open_spans") == [(0,)]
+        assert store.query("SELECT span_id, end_ns, is_open FROM all_spans") == [
+            ("2" * 16, 5, False)]
