@@ -60,7 +60,7 @@ def run_once(kind: str, n: int, rate: float | None, sdk_defaults: bool = False) 
     tmp = tempfile.mkdtemp(prefix="rs-bench-")
     store = None
     if kind == "store":
-        store = RunStore(Path(tmp) / "run.duckdb")
+        store = RunStore(Path(tmp) / "run.duckdb", threads=1)  # as instrument() opens it
         exporter: SpanExporter = StoreSpanExporter(store)
     else:
         exporter = DiscardingExporter()
