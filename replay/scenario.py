@@ -17,11 +17,14 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import Any, Union
 
 from rolloutscope.collectors.vocabulary import StallAction
 from rolloutscope.replay.errors import ScenarioError
+from rolloutscope.replay.participants.fleet_health import FleetHealthConfig, FleetHealthConfigError
+from rolloutscope.replay.participants.router import RouterConfig, RouterConfigError
+from rolloutscope.replay.variants import Variant
 
 SCHEMA_VERSION = 1
 
@@ -61,6 +64,7 @@ class WatchdogConfig:
     interval_s: float = 30.0
     stall_timeout_s: float = 600.0
     stall_action: StallAction = StallAction.WARN
+    gym_subprocess_check: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,11 +77,55 @@ class TrainingConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class FleetConfig:
+    """The generation fleet and ``async_rl.generation_fleet_health`` (DOMAIN.md §3.7).
+
+    ``shards=0`` models no fleet: a policy call simply takes its turn's time (the part-1
+    scenarios). Whether fleet health and its router are on is a variant
+    (``fleet-health-enabled``), not a key, so one scenario replays with and without it.
+    """
+
+    shards: int = 0
+    probe_interval_s: float = 5.0
+    probe_timeout_s: float = 2.0
+    unhealthy_threshold: int = 3
+    healthy_threshold: int = 2
+    max_restart_attempts_per_shard: int = 5
+    min_healthy_shards: int = 1
+
+    def health_config(self, *, separate_reported_failure_streak: bool) -> FleetHealthConfig:
+        return FleetHealthConfig(
+            enabled=True, probe_interval_s=self.probe_interval_s,
+            probe_timeout_s=self.probe_timeout_s, unhealthy_threshold=self.unhealthy_threshold,
+            healthy_threshold=self.healthy_threshold,
+            max_restart_attempts_per_shard=self.max_restart_attempts_per_shard,
+            min_healthy_shards=self.min_healthy_shards,
+            separate_reported_failure_streak=separate_reported_failure_streak)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerationRouterConfig:
+    """``async_rl.generation_router`` (DOMAIN.md §3.6-§3.7); on with fleet health."""
+
+    backend_timeout_s: float = 600.0
+    connect_timeout_s: float = 5.0
+    no_healthy_backend_status: int = 409
+
+    def router_config(self, *, router_500_not_504: bool) -> RouterConfig:
+        return RouterConfig(enabled=True, backend_timeout_s=self.backend_timeout_s,
+                            connect_timeout_s=self.connect_timeout_s,
+                            no_healthy_backend_status=self.no_healthy_backend_status,
+                            router_500_not_504=router_500_not_504)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Config:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
+    fleet: FleetConfig = field(default_factory=FleetConfig)
+    router: GenerationRouterConfig = field(default_factory=GenerationRouterConfig)
 
 
 # -- workload -----------------------------------------------------------------------------------
@@ -182,6 +230,71 @@ class ControllerSilence:
     duration_s: float
 
 
+class KillState(StrEnum):
+    """Which state a shard kill is pinned to, as the seed-003 chaos harness pins it."""
+
+    ANY = "any"
+    IDLE = "idle"  # nothing in flight on the shard: the loss must be detected
+    SERVING = "serving"  # a generation in flight dies with the engine and surfaces at once
+
+
+class WedgeMode(StrEnum):
+    FAIL = "fail"  # every generation fails fast (an engine core dead under a live worker)
+    HANG = "hang"  # every generation hangs until the caller's timeout
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardKill:
+    """The shard's engine dies at the first instant >= ``at_s`` it is in ``state``; it stays
+    dead (restarting dead shards is elastic recovery, which the replayed system lacks)."""
+
+    shard: int
+    at_s: float
+    state: KillState = KillState.ANY
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardWedge:
+    """From ``at_s`` the shard answers liveness probes while its generations fail or hang."""
+
+    shard: int
+    at_s: float
+    mode: WedgeMode = WedgeMode.FAIL
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlowShard:
+    """From ``at_s`` the shard's generations take ``factor`` times as long."""
+
+    shard: int
+    at_s: float
+    factor: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class RefitMiss:
+    """Weight sync ``sync_index`` (1-based) completes without reaching the shard's engine, and
+    the controller reports the refit only for the shards it reached (P13)."""
+
+    shard: int
+    sync_index: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class RouterRestart:
+    """Ray recreates the router actor: it comes back with every backend serving."""
+
+    at_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class GymSubprocessDeath:
+    """A Gym server subprocess dies: its tool steps never answer, its health check fails."""
+
+    at_s: float
+    environment: str = "environment"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Faults:
     # Gym finishes the row but its reply never reaches RL (the lost-reply stall, P2)
@@ -190,6 +303,17 @@ class Faults:
     # snapshot indexes (1-based) whose commit loses a policy worker after readiness (P8)
     worker_lost_in_commit: tuple[int, ...] = ()
     controller_silences: tuple[ControllerSilence, ...] = ()
+    # the generation fleet (seed 003, DOMAIN.md §5 P3-P6, P13, P14)
+    shard_kills: tuple[ShardKill, ...] = ()
+    shard_wedges: tuple[ShardWedge, ...] = ()
+    slow_shards: tuple[SlowShard, ...] = ()
+    refit_misses: tuple[RefitMiss, ...] = ()
+    router_restarts: tuple[RouterRestart, ...] = ()
+    gym_subprocess_deaths: tuple[GymSubprocessDeath, ...] = ()
+
+    @property
+    def shard_faults(self) -> tuple[ShardKill | ShardWedge | SlowShard | RefitMiss, ...]:
+        return self.shard_kills + self.shard_wedges + self.slow_shards + self.refit_misses
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -203,6 +327,9 @@ class Scenario:
     workload: Workload = field(default_factory=Workload)
     control: Control = field(default_factory=Control)
     faults: Faults = field(default_factory=Faults)
+    # the fixes the replayed system already has; a replay's variants add to these, and
+    # ``without`` takes them away (seed 003's merged system has all four fleet fixes)
+    fixes: tuple[Variant, ...] = ()
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -214,7 +341,8 @@ class Scenario:
     def config_dict(self) -> dict[str, Any]:
         """The thresholds a run used, as the store's ``runs.config`` keeps them."""
         return {"scenario_version": self.version, **_to_jsonable(self.config),
-                "control": _to_jsonable(self.control), "faults": _to_jsonable(self.faults)}
+                "control": _to_jsonable(self.control), "faults": _to_jsonable(self.faults),
+                "fixes": _to_jsonable(self.fixes)}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1, sort_keys=True)
@@ -326,6 +454,57 @@ def _validate(s: Scenario) -> None:
             raise ScenarioError(f"faults.{name}", f"snapshot index {k} is not in 1..{n_snap}")
     if s.faults.worker_lost_in_commit and ck.policy_workers < 2:
         raise ScenarioError("faults.worker_lost_in_commit", "needs policy_workers >= 2")
+    _validate_fleet(s)
+
+
+def _validate_fleet(s: Scenario) -> None:
+    fl, f = s.config.fleet, s.faults
+    if fl.shards < 0:
+        raise ScenarioError("config.fleet.shards", "must be >= 0")
+    # the participant models' own validators speak for the real config blocks
+    try:
+        fl.health_config(separate_reported_failure_streak=True)
+    except FleetHealthConfigError as exc:
+        raise ScenarioError(f"config.fleet.{exc.key or ''}".rstrip("."), str(exc)) from None
+    try:
+        s.config.router.router_config(router_500_not_504=True)
+    except RouterConfigError as exc:
+        raise ScenarioError(f"config.router.{exc.key or ''}".rstrip("."), str(exc)) from None
+    if fl.shards and fl.min_healthy_shards > fl.shards:
+        raise ScenarioError("config.fleet.min_healthy_shards",
+                            f"exceeds the {fl.shards} shard(s) of the fleet")
+    ro = s.config.rollout.rollout_timeout_s
+    if fl.shards and ro is not None and s.config.router.backend_timeout_s > ro:
+        # DOMAIN.md §3.6: a longer backend timeout could never fire before the group deadline
+        raise ScenarioError("config.router.backend_timeout_s",
+                            f"must not exceed config.rollout.rollout_timeout_s ({ro})")
+    groups = (("shard_kills", f.shard_kills), ("shard_wedges", f.shard_wedges),
+              ("slow_shards", f.slow_shards), ("refit_misses", f.refit_misses))
+    for name, faults in groups:
+        for i, fault in enumerate(faults):
+            where = f"faults.{name}[{i}]"
+            if not 0 <= fault.shard < fl.shards:
+                raise ScenarioError(f"{where}.shard", f"shard {fault.shard} is not in "
+                                    f"0..{fl.shards - 1} (config.fleet.shards={fl.shards})")
+            if getattr(fault, "at_s", 0.0) < 0:
+                raise ScenarioError(f"{where}.at_s", "must be >= 0")
+    for i, slow in enumerate(f.slow_shards):
+        if slow.factor < 1:
+            raise ScenarioError(f"faults.slow_shards[{i}].factor", "must be >= 1")
+    n_sync = len(s.control.weight_syncs)
+    for i, miss in enumerate(f.refit_misses):
+        if not 1 <= miss.sync_index <= n_sync:
+            raise ScenarioError(f"faults.refit_misses[{i}].sync_index",
+                                f"weight sync {miss.sync_index} is not in 1..{n_sync}")
+    if f.router_restarts and not fl.shards:
+        raise ScenarioError("faults.router_restarts", "needs a generation fleet")
+    for name, timed in (("router_restarts", f.router_restarts),
+                        ("gym_subprocess_deaths", f.gym_subprocess_deaths)):
+        for i, fault in enumerate(timed):
+            if fault.at_s < 0:
+                raise ScenarioError(f"faults.{name}[{i}].at_s", "must be >= 0")
+    if len(set(s.fixes)) != len(s.fixes):
+        raise ScenarioError("fixes", "a fix is listed twice")
 
 
 # -- generic, strict (de)serialisation of the dataclasses above ---------------------------------

@@ -1,7 +1,11 @@
-"""Variant switches: each known fix from the seeds, named, off by default.
+"""Variant switches: each known fix from the seeds, named, off unless a scenario or a replay
+turns it on.
 
-The reference models reproduce the systems the seeds describe; a variant turns one proposed fix
-on so a replay can show the difference. Off by default because the seeds' systems lacked them.
+The reference models reproduce the systems the seeds describe; a variant turns one fix on so a
+replay can show the difference. A scenario lists the fixes its system already had
+(``Scenario.fixes``): seed 003's merged system has all four fleet fixes (``SEED_003_MERGED``),
+so its scenarios carry them and reproduce a pre-fix behaviour by leaving one out, while the
+seed-004 scenarios carry none. A replay adds variants to a scenario's fixes or takes them away.
 """
 
 from __future__ import annotations
@@ -25,6 +29,23 @@ class Variant(StrEnum):
     # the newer model gate: a new policy call at closed admission waits for resume instead of
     # being refused with 409 admission_closed
     CALLS_WAIT_AT_CLOSED_ADMISSION = "calls-wait-at-closed-admission"
+    # seed 003: generation fleet health with its router (probes, quarantine, least-outstanding
+    # routing, membership pushes); without it Gym round-robins over a fixed backend list
+    FLEET_HEALTH_ENABLED = "fleet-health-enabled"
+    # seed 003: reported failures keep their own streak, which only a successful generation or
+    # a refit clears; without it each good probe wipes them and a wedged engine never condemns
+    SEPARATE_REPORTED_FAILURE_STREAK = "separate-reported-failure-streak"
+    # seed 003: a failed backend call is a deliberate 500 with a local drop and a counted
+    # failure; without it aiohttp answers a backend timeout with 504, which Gym retries for ever
+    ROUTER_500_NOT_504 = "router-500-not-504"
+    # seed 003: probes run every probe_interval_s; without it they ride the 30 s watchdog tick
+    # (detection at unhealthy_threshold x 30 s = 60-90 s)
+    PROBE_AT_PROBE_INTERVAL = "probe-at-probe-interval"
+
+
+SEED_003_MERGED: frozenset[Variant] = frozenset({
+    Variant.FLEET_HEALTH_ENABLED, Variant.SEPARATE_REPORTED_FAILURE_STREAK,
+    Variant.ROUTER_500_NOT_504, Variant.PROBE_AT_PROBE_INTERVAL})
 
 
 def parse_variants(names: Iterable[str]) -> frozenset[Variant]:
