@@ -332,6 +332,9 @@ class EventName:
     ROUTER_FAILURES_DRAINED = "rl.router.failures_drained"
     # a Gym client retry of one model call: HTTP_STATUS, RETRY_TRY, RETRY_MAX_TRIES, RETRY_KIND
     ROUTER_RETRY = "gym.model.retry"
+    # Gym's transport loop on a refused or dropped connection (uncapped, every 0.5 s), printed
+    # once per 100 errors: ERROR_TYPE, RETRY_TRY (the error count)
+    GYM_REQUEST_RETRY = "gym.request.retry"
     ROUTER_RESTARTED = "rl.router.restarted"  # the router actor came back with every backend
 
     ROW_RECEIVED = "rl.rollout.row_received"

@@ -26,14 +26,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         scenario = scenarios.get(args.name)
         variants = parse_variants(args.variant or ())
+        without = parse_variants(args.without or ())
     except ReplayError as exc:
         raise UsageError(str(exc)) from None
     seed = scenario.seed if args.seed is None else args.seed
-    run_id = args.run_id or default_run_id(scenario.name, seed, variants)
+    run_id = args.run_id or default_run_id(scenario.name, seed, variants, without)
     with RunStore(args.db) as store:
         if run_id in store.run_ids():
             raise UsageError(f"run {run_id} is already in {store.path}; pass --run-id")
-        result = replay_into_store(scenario, store, variants=variants, seed=seed, run_id=run_id)
+        result = replay_into_store(scenario, store, variants=variants, without=without,
+                                   seed=seed, run_id=run_id)
     print(f"run {result.run_id}: {result.spans:,} spans over {result.simulated_s:,.0f} "
           f"simulated s into {args.db}")
     stats = result.stats
@@ -55,7 +57,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--variant", action="append", metavar="V",
                      help="turn a fix on (repeatable): pause-deadlines-during-snapshot, "
                           "counted-deadline-holders, retire-then-adopt, "
-                          "calls-wait-at-closed-admission")
+                          "calls-wait-at-closed-admission, fleet-health-enabled, "
+                          "separate-reported-failure-streak, router-500-not-504, "
+                          "probe-at-probe-interval")
+    run.add_argument("--without", action="append", metavar="V",
+                     help="take away a fix the scenario's system has (repeatable)")
     run.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
     run.add_argument("--run-id", default=None, help="run id (default: NAME.sSEED+VARIANTS)")
     run.set_defaults(handler=cmd_run)

@@ -9,12 +9,17 @@ Each simulated process (controller, each Gym server) gets its own ``TracerProvid
 resource, as live telemetry would; they share one id generator and one synchronous collecting
 processor that hands full batches to an exporter (the in-process ``StoreSpanExporter`` for a
 run store; an OTLP exporter for a live collector in the wall-clock mode).
+
+The watchdog's gauges (``rollout/*``, ``gen_fleet/*``, ``router/*``) are metrics, not spans: they
+go as ``MetricPoint`` batches to an optional ``MetricSink`` (the runner's writes them into the
+store's ``metrics`` table), stamped with the same virtual times.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import trace
@@ -29,6 +34,20 @@ from rolloutscope.collectors.vocabulary import Attr, ResourceAttr
 # 2026-09-01T00:00:00Z: a fixed epoch so a replay's times do not depend on when it ran
 VIRTUAL_EPOCH_NS = 1_788_220_800 * 1_000_000_000
 DEFAULT_BATCH = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class MetricPoint:
+    """One gauge sample, as the RL ``Logger`` publishes it (step = train steps)."""
+
+    service: str
+    name: str
+    ts_ns: int
+    step: int
+    value: float
+
+
+MetricSink = Callable[[Sequence[MetricPoint]], None]
 
 
 class SeededIdGenerator(IdGenerator):
@@ -74,7 +93,11 @@ class Telemetry:
     """Span helpers over per-service tracers; tracks open spans so the end can mark them."""
 
     def __init__(self, *, exporter: SpanExporter, run_id: str, scenario: str, seed: int,
-                 batch: int = DEFAULT_BATCH) -> None:
+                 batch: int = DEFAULT_BATCH, metric_sink: MetricSink | None = None) -> None:
+        self._metric_sink = metric_sink
+        self._metrics: list[MetricPoint] = []
+        self.metrics_published = 0
+        self._batch = batch
         self._ids = SeededIdGenerator(seed)
         self._processor = _BatchingProcessor(exporter, batch)
         self._run_id = run_id
@@ -136,6 +159,19 @@ class Telemetry:
         self.end(span, t)
         return span
 
+    def gauge(self, service: str, name: str, t: float, value: float, step: int) -> None:
+        if self._metric_sink is None:
+            return
+        self._metrics.append(MetricPoint(service, name, self.ns(t), step, float(value)))
+        if len(self._metrics) >= self._batch:
+            self._flush_metrics()
+
+    def _flush_metrics(self) -> None:
+        if self._metrics and self._metric_sink is not None:
+            points, self._metrics = self._metrics, []
+            self._metric_sink(points)
+            self.metrics_published += len(points)
+
     @property
     def exported(self) -> int:
         return self._processor.exported
@@ -147,4 +183,5 @@ class Telemetry:
             emit_open_marker(self.tracer(span.resource.attributes[ResourceAttr.SERVICE_NAME]),
                              span)
         self._processor.force_flush()
+        self._flush_metrics()
         return len(open_spans)

@@ -196,6 +196,10 @@ class StallWatchdog:
         self._progress = (0, 0)
         self._since = now
 
+    def idle_s(self, now: float) -> float:
+        """Time since progress last moved, as of the last tick (``rollout/idle_s``)."""
+        return now - self._since
+
     def tick(self, *, now: float, committed: int, train_steps: int, inflight: int
              ) -> Stall | None:
         progress = (committed, train_steps)

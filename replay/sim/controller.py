@@ -114,6 +114,11 @@ class ControllerSide:
         self._to_retire: list[Run] = []
         self._deadline_tries: dict[Any, RLTry] = {}
         self.raised: str | None = None
+        self.dead_environment: str | None = None
+        misses: dict[int, set[int]] = {}
+        for miss in world.scenario.faults.refit_misses:
+            misses.setdefault(miss.sync_index, set()).add(miss.shard)
+        self._refit_misses = {k: frozenset(v) for k, v in misses.items()}
 
     # -- arrivals and dispatch ------------------------------------------------------------------
     def arrive(self, prompt: Prompt) -> None:
@@ -419,20 +424,29 @@ class ControllerSide:
         self.train_steps += 1
         self.w.tel.end(span, self.w.now)
 
-    def weight_sync(self, duration_s: float, colocated: bool) -> None:
+    def weight_sync(self, duration_s: float, colocated: bool, index: int = 0) -> None:
         w = self.w
+        if self.raised is not None:
+            return
         self._sync_fences += 1
+        version = self.train_steps
         fence = w.tel.start(services.CONTROLLER, SpanName.RL_ADMISSION_FENCE, w.now,
                             {Attr.FENCE_OWNER: FenceOwner.WEIGHT_SYNC.value})
         sync = w.tel.start(services.CONTROLLER, SpanName.RL_WEIGHT_SYNC, w.now,
-                           {Attr.TRAINER_VERSION: self.train_steps}, fence)
+                           {Attr.TRAINER_VERSION: version}, fence)
         if colocated:
             self.holders_changed(w.deadlines.suspend(DeadlineHolder.COLOCATED_TRAINING), True)
-        w.sched.after(duration_s, self._weight_sync_done, fence, sync, colocated,
-                      priority=Priority.CONTROL)
+        if w.fleet.dead_ranks():
+            # the broadcast includes a dead rank and blocks in NCCL: the sync never ends and
+            # _rollout_permitted stays cleared (seed 003, P3); both spans stay open
+            return
+        w.sched.after(duration_s, self._weight_sync_done, fence, sync, colocated, version,
+                      self._refit_misses.get(index, frozenset()), priority=Priority.CONTROL)
 
-    def _weight_sync_done(self, fence: Any, sync: Any, colocated: bool) -> None:
+    def _weight_sync_done(self, fence: Any, sync: Any, colocated: bool, version: int = 0,
+                          missed: frozenset[int] = frozenset()) -> None:
         w = self.w
+        w.fleet.refit(version, missed)
         w.tel.end(sync, w.now)
         w.tel.end(fence, w.now)
         if colocated:
@@ -458,11 +472,37 @@ class ControllerSide:
         self.retire_pending()
         self._reopened()
 
+    # -- terminal errors and the Gym subprocess --------------------------------------------------
+    def terminate(self, error: str) -> None:
+        """A terminal controller error (GenerationFleetExhausted): the run ends here."""
+        if self.raised is None:
+            self.raised = error
+        self.w.sched.stop()
+
+    def gym_subprocess_died(self, environment: str) -> None:
+        w = self.w
+        w.env_dead = True
+        self.dead_environment = environment
+        w.tel.instant(services.CONTROLLER, SpanName.FAULT, w.now, {
+            Attr.FAULT_KIND: "gym_subprocess_death",
+            Attr.FAULT_DETAIL: f"the {environment} server subprocess exited"})
+
     # -- watchdog -----------------------------------------------------------------------------------
     def watchdog_tick(self) -> None:
         w = self.w
+        if not w.fleet.probe_on_interval:
+            w.fleet.probe_tick()  # before the fix, probes rode the watchdog tick
+            if self.raised is not None:
+                return
         stall = self.watchdog.tick(now=w.now, committed=self.committed,
                                    train_steps=self.train_steps, inflight=len(self.active))
+        self._publish(self.watchdog.idle_s(w.now))
+        if self.dead_environment is not None and self.cfg.watchdog.gym_subprocess_check:
+            w.tel.instant(services.CONTROLLER, SpanName.RL_STALL_WATCHDOG_TICK, w.now, {}, None,
+                          events=[(EventName.ENV_HEALTH_PROBLEM, {
+                              Attr.ENV_NAME: self.dead_environment,
+                              Attr.ENV_PROBLEM: f"environment '{self.dead_environment}' "
+                                                f"reported unhealthy: server subprocess exited"})])
         if stall is not None:
             w.stalls += 1
             w.tel.instant(services.CONTROLLER, SpanName.RL_STALL_WATCHDOG_TICK, w.now, {}, None,
@@ -480,3 +520,12 @@ class ControllerSide:
                 return
         w.sched.after(self.cfg.watchdog.interval_s, self.watchdog_tick,
                       priority=Priority.WATCHDOG)
+
+    def _publish(self, idle_s: float) -> None:
+        """The watchdog's gauges (DOMAIN.md §3.8, §4.5, §4.6)."""
+        tel, now, step = self.w.tel, self.w.now, self.train_steps
+        gauges = {"rollout/committed_total": self.committed, "rollout/inflight": len(self.active),
+                  "rollout/idle_s": round(idle_s, 3), "rollout/train_steps": step,
+                  **self.w.fleet.gauges()}
+        for name, value in gauges.items():
+            tel.gauge(services.CONTROLLER, name, now, value, step)

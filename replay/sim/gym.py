@@ -49,7 +49,7 @@ class RunOwner(Protocol):
 class Run:
     __slots__ = ("key", "owner", "prompt_idx", "row_idx", "rl_attempt", "row", "turn",
                  "activity", "call_id", "span", "rollout_span", "parked_span", "timer",
-                 "abandoned", "lost_reply", "fault_timer")
+                 "abandoned", "lost_reply", "fault_timer", "fleet_call")
 
     def __init__(self, key: ExecutionKey, owner: RunOwner, prompt_idx: int, row_idx: int,
                  rl_attempt: int, row: Row) -> None:
@@ -69,6 +69,7 @@ class Run:
         self.abandoned = False  # RL stopped reading it; it keeps running
         self.lost_reply = False
         self.fault_timer: Timer | None = None
+        self.fleet_call: Any = None  # the policy call in the generation fleet, when modelled
 
     def ids(self) -> dict[str, Any]:
         return {Attr.ROLLOUT_ID: self.key.rollout_id, Attr.PROMPT_IDX: self.prompt_idx,
@@ -136,6 +137,9 @@ class GymSide:
             run.timer.cancel()
         if run.fault_timer is not None:
             run.fault_timer.cancel()
+        if run.fleet_call is not None:
+            self.w.fleet.cancel(run.fleet_call)
+            run.fleet_call = None
         if run.call_id is not None:
             self.w.model.forget_call(run.call_id)
             self._by_call.pop(run.call_id, None)
@@ -154,10 +158,10 @@ class GymSide:
             run.owner.on_row_done(run, None if run.lost_reply else receipt, None)
         self.w.on_gym_change()
 
-    def _inject_failure(self, run: Run, status: int) -> None:
+    def _inject_failure(self, run: Run, status: int, detail: str = "injected fault") -> None:
         if run.activity is Activity.DONE:
             return
-        failure = classify_http(status, "injected fault")
+        failure = classify_http(status, detail)
         self.w.agent.fail(run.key)
         self._end_spans(run, ExecutionState.RETIRED, failure.detail)
         if not run.abandoned:
@@ -214,6 +218,9 @@ class GymSide:
 
     def _admitted(self, run: Run) -> None:
         turn = run.row.turns[run.turn]
+        if self.w.fleet.active:  # generated on a shard; Gym pins stream=false on this path
+            run.fleet_call = self.w.fleet.model_call(run, turn.model_s)
+            return
         if turn.streaming:
             run.timer = self.w.sched.after(turn.first_chunk_s, self._first_chunk, run)
         else:  # stream=false: no byte arrives before the generation finishes
@@ -232,6 +239,18 @@ class GymSide:
         else:
             self._finished(run)
 
+    def generated(self, run: Run) -> None:
+        """The fleet answered the run's policy call."""
+        run.fleet_call = None
+        assert run.call_id is not None
+        self.w.model.first_chunk(run.call_id)
+        self._finished(run)
+
+    def model_call_failed(self, run: Run, status: int) -> None:
+        """The policy call failed for good: the agent's /run fails with a 500 of its own."""
+        run.fleet_call = None
+        self._inject_failure(run, 500, f"policy model call failed with HTTP {status}")
+
     def _finished(self, run: Run) -> None:
         run.timer = None
         assert run.call_id is not None
@@ -240,6 +259,9 @@ class GymSide:
             self.w.on_gym_change()  # a stream that ended may unblock a prepare
 
     def _delivered(self, run: Run) -> None:
+        if self.w.env_dead:
+            run.activity = Activity.TOOL  # a dead Gym subprocess never answers the tool step
+            return
         if self.w.resources.begin_tool_call():
             run.activity = Activity.TOOL
             run.timer = self.w.sched.after(run.row.turns[run.turn].tool_s, self._tool_done, run)

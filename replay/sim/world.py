@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from rolloutscope.collectors.vocabulary import ParticipantKind
 from rolloutscope.replay.engine import Priority, Scheduler
@@ -15,22 +16,37 @@ from rolloutscope.replay.participants.environment import (
 )
 from rolloutscope.replay.participants.model import ModelParticipant
 from rolloutscope.replay.scenario import Scenario
+from rolloutscope.replay.participants.clock import Clock
 from rolloutscope.replay.sim.controller import ControllerSide
+from rolloutscope.replay.sim.fleet import FleetHealthFactory, FleetSide, RouterFactory
 from rolloutscope.replay.sim.gym import GymSide
 from rolloutscope.replay.sim.snapshot import SnapshotProcess
 from rolloutscope.replay.telemetry import Telemetry
 from rolloutscope.replay.variants import Variant
 
 
+# builds the controller's deadline registry: (clock, counted holders?) -> a registry with the
+# reference model's public methods (add, complete, cancel, fire, suspend, resume)
+DeadlineRegistryFactory = Callable[..., Any]
+
+
+def reference_deadline_registry(*, clock: Clock, counted: bool) -> DeadlineRegistry:
+    return DeadlineRegistry(clock, counted=counted)
+
+
 class World:
     """Builds the participants from the scenario and wires them to one scheduler.
 
-    Later participants (generation fleet health, router) join here: they read the same clock,
-    are driven by scheduled events, and report through the same telemetry.
+    The fleet-health model, the router and the deadline registry are built by factories that
+    default to the reference models; a replay may pass its own (a user's real classes behind
+    the same public methods), which then run in their place against the same simulated world.
     """
 
     def __init__(self, scenario: Scenario, *, variants: Iterable[Variant], tel: Telemetry,
-                 sched: Scheduler | None = None) -> None:
+                 sched: Scheduler | None = None,
+                 fleet_health_factory: FleetHealthFactory | None = None,
+                 router_factory: RouterFactory | None = None,
+                 deadline_registry_factory: DeadlineRegistryFactory | None = None) -> None:
         self.scenario = scenario
         self.variants = frozenset(variants)
         self.tel = tel
@@ -54,7 +70,11 @@ class World:
         # training switch restart that switch's clocks early
         counted = bool({Variant.COUNTED_DEADLINE_HOLDERS,
                         Variant.PAUSE_DEADLINES_DURING_SNAPSHOT} & self.variants)
-        self.deadlines = DeadlineRegistry(clock, counted=counted)
+        self.deadlines = (deadline_registry_factory or reference_deadline_registry)(
+            clock=clock, counted=counted)
+        self.env_dead = False
+        self.fleet = FleetSide(self, fleet_health_factory=fleet_health_factory,
+                               router_factory=router_factory)
         self.gym = GymSide(self)
         self.controller = ControllerSide(self)
         self.snapshots = SnapshotProcess(self)
@@ -74,8 +94,12 @@ class World:
         for prompt in s.prompts():
             self.sched.at(prompt.arrival_s, self.controller.arrive, prompt)
         self.snapshots.schedule()
-        for sync in s.control.weight_syncs:
+        for index, sync in enumerate(s.control.weight_syncs, start=1):
             self.sched.at(sync.at_s, self.controller.weight_sync, sync.duration_s,
-                          sync.colocated, priority=Priority.CONTROL)
+                          sync.colocated, index, priority=Priority.CONTROL)
+        self.fleet.schedule()
+        for death in s.faults.gym_subprocess_deaths:
+            self.sched.at(death.at_s, self.controller.gym_subprocess_died, death.environment,
+                          priority=Priority.CONTROL)
         self.sched.at(s.config.watchdog.interval_s, self.controller.watchdog_tick,
                       priority=Priority.WATCHDOG)

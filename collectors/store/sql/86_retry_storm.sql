@@ -2,10 +2,12 @@
 -- status (429, 502, 503, 504, 520), the Gym client raising its retry ceiling on every try, so
 -- the call only ends when the prompt group's deadline does. Before the router answered 500 on a
 -- backend timeout, every such try lasted about backend_timeout_s. Three or more retries of one
--- call with a rising ceiling make a storm.
+-- call with a rising ceiling make a storm. One call is one span, or, where its retries carry the
+-- call's id (nemo.gym.model_call.id), every retry of that id: each try then has a span of its
+-- own, and a call that storms for ever never ends the span that would hold them all.
 CREATE OR REPLACE VIEW retry_storm AS
 WITH retries AS (
-    SELECT run_id, trace_id, span_id, any_value(span_name) AS span_name,
+    SELECT run_id, trace_id, min(span_id) AS span_id, any_value(span_name) AS span_name,
            any_value(rollout_id) AS rollout_id, any_value(attempt) AS attempt,
            count(*) AS retries, min(ts_ns) AS first_ns, max(ts_ns) AS last_ns,
            mode(TRY_CAST(attributes->>'http.response.status_code' AS INTEGER)) AS status,
@@ -15,7 +17,7 @@ WITH retries AS (
     WHERE name = 'gym.model.retry'
       AND TRY_CAST(attributes->>'http.response.status_code' AS INTEGER)
           IN (429, 502, 503, 504, 520)
-    GROUP BY run_id, trace_id, span_id
+    GROUP BY run_id, trace_id, coalesce(attributes->>'nemo.gym.model_call.id', span_id)
 )
 SELECT
     r.run_id,
