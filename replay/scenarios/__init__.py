@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from rolloutscope.replay.errors import UnknownScenarioError
 from rolloutscope.replay.scenario import Scenario
-from rolloutscope.replay.scenarios import incidents
+from rolloutscope.replay.scenarios import fleet, incidents
 
 _BUILDERS: dict[str, Callable[[], Scenario]] = {
     "snapshot-outlasts-deadline": incidents.snapshot_outlasts_deadline,
@@ -20,6 +20,15 @@ _BUILDERS: dict[str, Callable[[], Scenario]] = {
     "lease-expiry": incidents.lease_expiry,
     "healthy-baseline": incidents.healthy_baseline,
     "scale-16k": incidents.scale_16k,
+    "chaos-kill-idle": fleet.chaos_kill_idle,
+    "chaos-kill-serving": fleet.chaos_kill_serving,
+    "two-shard-failover": fleet.two_shard_failover,
+    "hung-weight-sync": fleet.hung_weight_sync,
+    "wedged-engine": fleet.wedged_engine,
+    "retry-504-storm": fleet.retry_504_storm,
+    "stale-weights-serving": fleet.stale_weights_serving,
+    "fleet-exhausted": fleet.fleet_exhausted,
+    "demo": fleet.demo,
 }
 
 
