@@ -8,8 +8,10 @@ parameters and only draw.
 Refresh is incremental for live mode: each tick asks every interval view only for rows that
 started, ended or are still open since a watermark (the latest time seen, less a margin for late
 arrivals), and replaces rows by key. Rows that arrive later than the margin are picked up by a
-full reload every ``FULL_RELOAD_EVERY`` ticks. Incidents are re-read whole each tick: they are
-few, and a detector may revise one.
+full reload every ``FULL_RELOAD_EVERY`` ticks. The views without a time filter (incidents,
+thresholds) are re-read whole every ``INCIDENTS_EVERY`` ticks: the incident views run every
+detector on each read (a few hundred ms on a large run), which a 1.5 s tick cannot afford each
+time, and an incident a few seconds late is still news.
 
 A view that a store file predates (``incidents`` and ``run_thresholds`` arrived after the first
 files were written, ``serving_samples`` is proposed) reads as an empty frame with its columns;
@@ -32,6 +34,7 @@ from rolloutscope.collectors.store.errors import StoreError
 log = logging.getLogger(__name__)
 
 FULL_RELOAD_EVERY = 30
+INCIDENTS_EVERY = 4
 LATE_MARGIN_NS = 30 * 10**9  # rows ending this long before the latest time seen are re-read
 
 
@@ -100,6 +103,7 @@ class DataStore(param.Parameterized):
     paused = param.Boolean(default=False, doc="live refresh paused")
     version = param.Integer(default=0, doc="bumped whenever the frames change")
     last_refresh_ms = param.Number(default=0.0)
+    last_refresh_by_view: dict[str, float]
 
     def __init__(self, store: RunStore, *, run_id: str | None = None, live: bool = False,
                  **params) -> None:
@@ -112,6 +116,7 @@ class DataStore(param.Parameterized):
         self._ticks = 0
         self._watermark: int | None = None
         self.config: dict = {}
+        self.last_refresh_by_view = {}
         runs = store.run_ids()
         self.param.run_id.objects = runs
         self.run_id = run_id or (runs[-1] if runs else None)
@@ -153,8 +158,13 @@ class DataStore(param.Parameterized):
         since = None if full else self._watermark - LATE_MARGIN_NS
         self.problems = []
         changed = False
+        self.last_refresh_by_view = {}
         for name, spec in VIEWS.items():
+            if not (full or spec.times or self._ticks % INCIDENTS_EVERY == 0):
+                continue
+            started = time.perf_counter()
             new = self._read(spec, None if not spec.times else since)
+            self.last_refresh_by_view[name] = (time.perf_counter() - started) * 1e3
             if new is None:
                 continue
             old = self.frames[name]
@@ -163,10 +173,16 @@ class DataStore(param.Parameterized):
                 changed = changed or not _same(old, new)
             elif len(new):
                 keys = pd.MultiIndex.from_frame(new[list(spec.key)].astype(str))
-                kept = old[~pd.MultiIndex.from_frame(old[list(spec.key)].astype(str))
-                           .isin(keys)] if len(old) else old
+                hit = (pd.MultiIndex.from_frame(old[list(spec.key)].astype(str)).isin(keys)
+                       if len(old) else pd.Series([], dtype=bool))
+                # re-read rows (still open, or inside the late margin) that did not change
+                # must not count as a change, or every idle tick would redraw every view
+                if hit.sum() == len(new) and _same(
+                        old[hit].sort_values(list(spec.key)), new.sort_values(list(spec.key))):
+                    continue
+                kept = old[~hit] if len(old) else old
                 merged = pd.concat([kept, new], ignore_index=True) if len(kept) else new
-                changed = changed or not _same(old, merged)
+                changed = True
             else:
                 continue
             self.frames[name] = merged.reset_index(drop=True)

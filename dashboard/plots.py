@@ -93,8 +93,11 @@ def failure_streaks(shards: pd.DataFrame) -> hv.Bars:
         d = d[["shard", "source", "failures"]]
     else:
         d = pd.DataFrame({"shard": [], "source": [], "failures": []})
+    # colour per source; categorize() fails on an empty frame, so a constant then
+    color = (hv.dim("source").categorize({"probe": style.INFO, "reported": style.ERROR})
+             if len(d) else style.INFO)
     return hv.Bars(d, ["shard", "source"], hv.Dimension("failures", label="worst streak")).opts(
-        color=hv.dim("source").categorize({"probe": style.INFO, "reported": style.ERROR}),
+        color=color,
         height=220, responsive=True, tools=["hover"], xrotation=0, show_legend=False,
         title="probe vs reported failure streaks")
 

@@ -1,0 +1,163 @@
+"""DataStore and views driven headless through their parameters, over real store files."""
+
+from __future__ import annotations
+
+import holoviews as hv
+import panel as pn
+import pytest
+
+from rolloutscope.cli import main
+from rolloutscope.collectors.exporter import instrument
+from rolloutscope.collectors.vocabulary import Attr, SpanName
+from rolloutscope.dashboard.app import build_app, websocket_origins
+from rolloutscope.dashboard.datastore import VIEWS, DataStore
+from tests.store.conftest import SpanKit
+
+from .conftest import RUN, SCRIPT
+
+RENDERER = hv.renderer("bokeh")
+
+
+@pytest.fixture
+def data(p1_store) -> DataStore:
+    return DataStore(p1_store)
+
+
+class TestDataStore:
+    def test_it_shows_the_store_run_and_its_incidents_newest_first(self, data):
+        assert data.run_id == RUN
+        kinds = data.incidents().kind.tolist()
+        assert kinds[-1] == "deadline_fired_while_parked"  # the first thing that went wrong
+        assert {"stranded_completion", "stall", "quarantine"} <= set(kinds)
+        assert data.incidents().start_ns.is_monotonic_decreasing
+
+    def test_indicators_count_view_rows(self, data):
+        assert data.indicators() == {
+            "committed": 11, "in_flight": 1, "parked": 0, "redispatches": 1,
+            "failed_tries": 2, "snapshots_ok": 1, "snapshots_failed": 1,
+            "snapshots_open": 0, "serving": 3, "shards": 4,
+            "incidents": len(data.frames["incidents"])}
+
+    def test_the_config_that_matters_comes_from_run_thresholds(self, data):
+        th = data.thresholds()
+        assert (th["rollout_timeout_s"], th["prepare_timeout_s"], th["stall_timeout_s"]) == \
+            (180.0, 300.0, 120.0)
+
+    def test_rollout_lanes_default_to_the_rollouts_incidents_name(self, data):
+        assert data.rollout_lanes() == (["r-7"], 1)
+        data.rollout_filter = "failed"
+        assert data.rollout_lanes() == (["r-7", "r-9"], 2)
+        data.failure_class = "data"
+        assert data.rollout_lanes() == (["r-9"], 1)
+        data.rollout_filter, data.failure_class = "all", "any"
+        ids, total = data.rollout_lanes(cap=5)
+        assert (len(ids), total) == (5, 13)  # capped, and the note can say of how many
+
+    def test_a_view_the_file_lacks_reads_as_an_empty_frame_with_its_columns(self, data):
+        assert "serving_samples" not in data._present or not data._present["serving_samples"]
+        assert list(data.frames["serving_samples"].columns) == list(
+            VIEWS["serving_samples"].columns)
+        assert data.frames["serving_samples"].empty
+
+    def test_a_live_refresh_reads_new_rows_and_replaces_intervals_that_closed(self, tmp_path):
+        inst = instrument(tmp_path / "live.duckdb", service_name="tests", run_id="live")
+        try:
+            kit = SpanKit(inst)
+            kit.span(SpanName.RL_ATTEMPT, 0, 10, {Attr.ROLLOUT_ID: "a", Attr.RL_ATTEMPT: 0,
+                                                  Attr.PROMPT_IDX: 0})
+            running = kit.open(SpanName.RL_ATTEMPT, 5, {Attr.ROLLOUT_ID: "b",
+                                                        Attr.RL_ATTEMPT: 0,
+                                                        Attr.PROMPT_IDX: 1})
+            kit.flush()
+            data = DataStore(inst.store, live=True)
+            assert sorted(data.frames["rollout_attempts"].outcome) == ["committed", "open"]
+            version = data.version
+            running.end(end_time=kit_ns(40))
+            kit.span(SpanName.RL_ATTEMPT, 38, 45, {Attr.ROLLOUT_ID: "c", Attr.RL_ATTEMPT: 0,
+                                                   Attr.PROMPT_IDX: 2})
+            kit.flush()
+            data.paused = True
+            data.tick()
+            assert data.version == version  # paused: nothing read
+            data.paused = False
+            data.tick()
+            att = data.frames["rollout_attempts"].sort_values("rollout_id")
+            assert att[["rollout_id", "outcome"]].values.tolist() == [
+                ["a", "committed"], ["b", "committed"], ["c", "committed"]]
+            assert data.version > version
+        finally:
+            inst.shutdown()
+
+
+def kit_ns(seconds: float) -> int:
+    from tests.store.conftest import S, T0
+    return T0 + int(seconds * S)
+
+
+class TestViews:
+    def test_every_view_renders_to_a_bokeh_model(self, p1_store):
+        app = build_app(p1_store, live=False)
+        dash = app.dashboard
+        for view in (dash.overview, dash.timeline, dash.checkpoints, dash.fleet,
+                     dash.rollouts, dash.incident):
+            assert pn.panel(view).get_root() is not None
+
+    def test_selecting_an_incident_zooms_the_timeline_and_whole_run_resets_it(self, data):
+        from rolloutscope.dashboard.views import Timeline
+
+        timeline = Timeline(data)
+        plot = RENDERER.get_plot(timeline.lanes)
+        whole = (plot.state.x_range.start, plot.state.x_range.end)
+        assert whole == (0.0, 800.0)
+        p1 = data.incidents().query("kind == 'deadline_fired_while_parked'").incident_id.iloc[0]
+        data.incident = p1
+        assert (plot.state.x_range.start, plot.state.x_range.end) == pytest.approx((142.8, 217.2))
+        timeline._whole_run()
+        assert (plot.state.x_range.start, plot.state.x_range.end) == whole
+
+    def test_the_rollout_filter_changes_the_lanes_drawn(self, data):
+        from rolloutscope.dashboard.views import Timeline
+
+        timeline = Timeline(data)
+        plot = RENDERER.get_plot(timeline.lanes)
+        labels = lambda: set(plot.state.yaxis[0].major_label_overrides.values())  # noqa: E731
+        assert {"r-7 try 0", "r-7 try 1"} <= labels() and "r-9 try 0" not in labels()
+        data.rollout_filter = "failed"
+        assert "r-9 try 0" in labels()
+
+    def test_picking_an_incident_in_the_overview_list_selects_it(self, data):
+        from rolloutscope.dashboard.views import Overview
+
+        overview = Overview(data)
+        table = overview._table
+        assert table.value.kind.iloc[-1] == "deadline_fired_while_parked"
+        table.selection = [len(table.value) - 1]
+        assert data.selected_incident()["kind"] == "deadline_fired_while_parked"
+
+    def test_the_incident_detail_tells_the_story_with_data_escaped(self, data):
+        from rolloutscope.dashboard.views import IncidentDetail
+
+        detail = IncidentDetail(data)
+        assert "Select an incident" in detail.story().object
+        data.incident = data.incidents().query("kind == 'quarantine'").incident_id.iloc[0]
+        html_out = detail.story().object
+        assert "Shard 3 goes suspect -&gt; dead on reported_failure" in html_out
+        assert SCRIPT not in html_out and "&lt;script&gt;" in html_out
+
+    def test_text_tables_render_cells_as_text(self, data):
+        from rolloutscope.dashboard.views import Fleet
+
+        table = Fleet(data)._transitions
+        assert table.formatters["error"] == {"type": "textarea"}
+        assert table.formatters["trigger"] == {"type": "plaintext"}
+
+
+class TestServing:
+    def test_loopback_is_allowed_under_both_spellings(self):
+        assert websocket_origins("127.0.0.1", 5006) == ["127.0.0.1:5006", "localhost:5006"]
+        assert websocket_origins("::1", 7) == ["127.0.0.1:7", "[::1]:7", "localhost:7"]
+
+    def test_the_command_refuses_a_missing_file_in_one_line(self, tmp_path, capsys):
+        assert main(["dashboard", str(tmp_path / "none.duckdb"), "--no-browser"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("rolloutscope dashboard:") and err.count("\n") == 1
