@@ -111,3 +111,45 @@ def register(sub: argparse._SubParsersAction) -> None:
                           "max_num_steps), merged over what the files state")
     imp.add_argument("--json", action="store_true", help="print the report as JSON")
     imp.set_defaults(handler=cmd_import)
+
+    fol = sub.add_parser(
+        "follow", help="tail a live controller log and stream what it says to a collector",
+        description="Follow FILE as the controller writes it (partial lines wait for their "
+                    "newline; rotation and truncation are followed) and send the spans, events "
+                    "and log lines the rl-log importer derives to a running collector over "
+                    "OTLP/HTTP. Stops on SIGINT/SIGTERM after sending what it read.")
+    fol.add_argument("kind", choices=("rl-log",), metavar="KIND", help="rl-log")
+    fol.add_argument("file", metavar="FILE")
+    fol.add_argument("--collector", default="http://127.0.0.1:4318",
+                     help="the collector's OTLP/HTTP base URL (default %(default)s)")
+    fol.add_argument("--run-id", help="run the lines belong to (default: the file's stem)")
+    fol.add_argument("--token-file", help="file holding the collector's bearer token")
+    fol.add_argument("--poll-s", type=float, default=0.5, help="poll period (default 0.5 s)")
+    fol.add_argument("--from-end", action="store_true",
+                     help="skip what the file already holds; follow only new lines")
+    fol.set_defaults(handler=cmd_follow)
+
+
+def cmd_follow(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from rolloutscope.collectors.cli import read_token
+    from rolloutscope.collectors.importers.follow import Follower
+
+    if args.poll_s <= 0:
+        raise UsageError("--poll-s must be positive")
+    path = Path(args.file)
+    follower = Follower(path, collector=args.collector, run_id=args.run_id or path.stem,
+                        token=read_token(args.token_file), from_end=args.from_end)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"rolloutscope following {path} into {args.collector} as run "
+          f"{follower.report.run_id}", flush=True)
+    follower.run(stop, poll_s=args.poll_s)
+    s = follower.stats
+    print(f"followed {s.lines} line(s): {s.batches_sent} batch(es) sent, {s.retries} "
+          f"retried, {s.batches_refused} refused; {follower.report.unknown_lines} unknown, "
+          f"{follower.report.bad_count} bad line(s)", flush=True)
+    return 1 if s.batches_refused else 0

@@ -167,6 +167,7 @@ class RlLogAssembler:
         self.last_ns: int | None = None
         self.derived_config: dict[str, Any] = {}
         self._stays: dict[int, _Stay] = {}
+        self._marked: set[str] = set()  # stays whose start marker was written (live follow)
         self._step_boundary: int | None = None
         self._last_progress: int | None = None
         self._sync: _PendingSync | None = None
@@ -174,8 +175,13 @@ class RlLogAssembler:
         self._path = ""  # the path bad lines are reported under
 
     # -- feeding ---------------------------------------------------------------------------
+    def begin_file(self, name: str, path: str) -> None:
+        """Lines fed from now on come from ``path``; rows name it ``name``, which must be unique
+        within the run (span ids derive from it and the line number)."""
+        self._file, self._path = name, path
+
     def feed_file(self, path: Path, lines: Iterable[str], sink: ImportSink) -> None:
-        self._file, self._path = path.name, str(path)
+        self.begin_file(path.name, str(path))
         for number, raw in enumerate(lines, start=1):
             self.feed(number, raw)
             if self.batch.rows >= CHUNK_ROWS:
@@ -309,6 +315,7 @@ class RlLogAssembler:
                     src: dict[str, Any]) -> tuple[str, str]:
         stay = self._stays.pop(msg.shard, None)
         if stay is not None:
+            self._marked.discard(stay.span_id)
             self._close_stay(stay, ts)
         elif msg.previous is not None and self.first_ns is not None and self.first_ns < ts:
             # the stay this first line of the shard ends; the fleet builds every shard healthy
@@ -401,6 +408,22 @@ class RlLogAssembler:
         else:
             self._span(trace_id, span_id, SpanName.RL_WEIGHT_SYNC, start, end_ns, attrs,
                        events=sync.events or ())
+
+    # -- live ------------------------------------------------------------------------------
+    def mark_open_stays(self) -> None:
+        """Write a start marker for each shard stay that began since the last call, so a live
+        view shows a shard's current state before its next transition ends the stay. The
+        stay's transition event is written once, with the finished span."""
+        for stay in self._stays.values():
+            if stay.span_id in self._marked:
+                continue
+            self._marked.add(stay.span_id)
+            self.batch.add_span(
+                run_id=self.run_id, trace_id=stay.trace_id, span_id=stay.span_id,
+                parent_span_id=None, name=SpanName.SHARD_STATE, kind="INTERNAL",
+                service=self.service, start_ns=stay.start_ns, end_ns=None, status_code="UNSET",
+                status_message=None, attributes={**stay.attrs, Attr.OPEN_MARKER_FOR: stay.span_id},
+                resource_json=self.resource, scope=SCOPE)
 
     # -- end of the log --------------------------------------------------------------------
     def finish(self) -> None:

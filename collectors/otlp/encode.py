@@ -2,8 +2,10 @@
 benchmark. Pure functions.
 
 ``encode_spans`` rebuilds an ``ExportTraceServiceRequest`` from a ``RowBatch``'s ``spans``,
-``span_events`` and ``span_links`` columns (open-interval markers are a store-side artefact and
-are not re-encoded); ``to_json`` writes any OTLP request as OTLP/JSON (hex ids, camelCase).
+``span_events`` and ``span_links`` columns, and its ``open_spans`` as the start-marker spans a
+live process sends (``Attr.OPEN_MARKER_FOR``), so a batch assembled outside the collector
+(``rolloutscope follow``) reaches it whole; ``encode_logs`` does the same for ``logs``;
+``to_json`` writes any OTLP request as OTLP/JSON (hex ids, camelCase).
 """
 
 from __future__ import annotations
@@ -14,11 +16,15 @@ from typing import Any
 
 import orjson
 from google.protobuf import json_format
+import hashlib
+
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from rolloutscope.collectors.otlp.decode import SPAN_KINDS, STATUS_CODES, hex_id
 from rolloutscope.collectors.store.rows import RowBatch
+from rolloutscope.collectors.vocabulary import Attr
 
 _KIND_NUMBER = {name: number for number, name in enumerate(SPAN_KINDS) if number}
 _STATUS_NUMBER = {name: number for number, name in enumerate(STATUS_CODES)}
@@ -64,10 +70,19 @@ def _columns(batch: RowBatch, table: str) -> dict[str, list[Any]]:
     return {} if arrow is None else arrow.to_pydict()
 
 
+def _marker_id(span_id: str) -> str:
+    """A start marker's own span id: derived from the open span's, so a resend is identical."""
+    return hashlib.blake2b(bytes.fromhex(span_id), digest_size=8,
+                           person=b"rs-open-marker").hexdigest()
+
+
 def encode_spans(batch: RowBatch) -> ExportTraceServiceRequest:
-    """An OTLP trace request carrying the batch's finished spans, their events and links."""
+    """An OTLP trace request carrying the batch's finished spans, their events and links, and
+    a start-marker span for each of its open intervals."""
     request = ExportTraceServiceRequest()
     cols = _columns(batch, "spans")
+    scopes: dict[tuple[str | None, str | None], Any] = {}
+    _encode_open(request, scopes, _columns(batch, "open_spans"))
     if not cols:
         return request
     events: dict[tuple[str, str], list[int]] = {}
@@ -78,18 +93,8 @@ def encode_spans(batch: RowBatch) -> ExportTraceServiceRequest:
     lk = _columns(batch, "span_links")
     for i, key in enumerate(zip(lk.get("trace_id", ()), lk.get("span_id", ()), strict=True)):
         links.setdefault(key, []).append(i)
-    scopes: dict[tuple[str | None, str | None], Any] = {}
     for i in range(len(cols["span_id"])):
-        group = (cols["resource"][i], cols["scope"][i])
-        scope_spans = scopes.get(group)
-        if scope_spans is None:
-            rs = request.resource_spans.add()
-            fill_attributes(rs.resource.attributes, _json_attrs(group[0]))
-            scope_spans = rs.scope_spans.add()
-            if group[1] is not None:
-                scope_spans.scope.name = group[1]
-            scopes[group] = scope_spans
-        span = scope_spans.spans.add()
+        span = _scope_spans(request, scopes, cols["resource"][i], cols["scope"][i]).spans.add()
         trace_id, span_id = cols["trace_id"][i], cols["span_id"][i]
         span.trace_id = hex_id(trace_id)
         span.span_id = hex_id(span_id)
@@ -113,6 +118,66 @@ def encode_spans(batch: RowBatch) -> ExportTraceServiceRequest:
             link.trace_id = hex_id(lk["linked_trace_id"][j])
             link.span_id = hex_id(lk["linked_span_id"][j])
             fill_attributes(link.attributes, _json_attrs(lk["attributes"][j]))
+    return request
+
+
+def _scope_spans(request, scopes: dict, resource: str | None, scope: str | None):
+    scope_spans = scopes.get((resource, scope))
+    if scope_spans is None:
+        rs = request.resource_spans.add()
+        fill_attributes(rs.resource.attributes, _json_attrs(resource))
+        scope_spans = rs.scope_spans.add()
+        if scope is not None:
+            scope_spans.scope.name = scope
+        scopes[(resource, scope)] = scope_spans
+    return scope_spans
+
+
+def _encode_open(request, scopes: dict, cols: dict[str, list[Any]]) -> None:
+    for i in range(len(cols.get("span_id", ()))):
+        span = _scope_spans(request, scopes, cols["resource"][i], cols["scope"][i]).spans.add()
+        span_id, parent = cols["span_id"][i], cols["parent_span_id"][i]
+        span.trace_id = hex_id(cols["trace_id"][i])
+        span.span_id = hex_id(_marker_id(span_id))
+        span.parent_span_id = hex_id(span_id)  # shares the open span's trace
+        span.name = cols["name"][i]
+        span.kind = _KIND_NUMBER.get(cols["kind"][i], 1)
+        span.start_time_unix_nano = span.end_time_unix_nano = cols["start_ns"][i]
+        attrs = _json_attrs(cols["attributes"][i])
+        attrs[Attr.OPEN_MARKER_FOR] = span_id
+        if parent:
+            attrs[Attr.OPEN_MARKER_PARENT] = parent
+        fill_attributes(span.attributes, attrs)
+
+
+def encode_logs(batch: RowBatch) -> ExportLogsServiceRequest:
+    """An OTLP logs request carrying the batch's log rows."""
+    request = ExportLogsServiceRequest()
+    cols = _columns(batch, "logs")
+    groups: dict[tuple[str | None, str | None], Any] = {}
+    for i in range(len(cols.get("ts_ns", ()))):
+        key = (cols["resource"][i], cols["service"][i])
+        scope_logs = groups.get(key)
+        if scope_logs is None:
+            rl = request.resource_logs.add()
+            resource = _json_attrs(key[0])
+            if key[1] is not None:
+                resource.setdefault("service.name", key[1])
+            if cols["run_id"][i] is not None:
+                resource.setdefault("nemo.run.id", cols["run_id"][i])
+            fill_attributes(rl.resource.attributes, resource)
+            scope_logs = groups[key] = rl.scope_logs.add()
+        rec = scope_logs.log_records.add()
+        rec.time_unix_nano = cols["ts_ns"][i]
+        if cols["severity"][i]:
+            rec.severity_text = cols["severity"][i]
+        if cols["body"][i] is not None:
+            rec.body.string_value = cols["body"][i]
+        if cols["trace_id"][i]:
+            rec.trace_id = hex_id(cols["trace_id"][i])
+        if cols["span_id"][i]:
+            rec.span_id = hex_id(cols["span_id"][i])
+        fill_attributes(rec.attributes, _json_attrs(cols["attributes"][i]))
     return request
 
 
