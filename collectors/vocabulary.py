@@ -195,6 +195,9 @@ class Attr:
     RETRY_MAX_TRIES = "nemo.gym.retry.max_tries"
     RETRY_KIND = "nemo.gym.retry.kind"  # rate_limit | server_error | http_error
 
+    # The RL Logger's step on a metric data point sent over OTLP (DOMAIN.md §7.7)
+    METRIC_STEP = "rl.step"
+
     # Faults a replay injected (what a live run cannot know: the ground truth of a fault)
     FAULT_KIND = "rolloutscope.fault.kind"
     FAULT_DETAIL = "rolloutscope.fault.detail"

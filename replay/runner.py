@@ -69,10 +69,15 @@ def replay(scenario: Scenario, exporter: SpanExporter, *, run_id: str,
            driver: Driver | None = None, metric_sink: MetricSink | None = None,
            fleet_health_factory: FleetHealthFactory | None = None,
            router_factory: RouterFactory | None = None,
-           deadline_registry_factory: DeadlineRegistryFactory | None = None) -> ReplayResult:
+           deadline_registry_factory: DeadlineRegistryFactory | None = None,
+           epoch_ns: int | None = None, live: bool = False) -> ReplayResult:
+    """``live``/``epoch_ns``: the wall-clock mode (see ``Telemetry``); use it with a
+    ``PacedDriver`` and an exporter that batches on its own (e.g. the OTLP exporter behind a
+    BatchSpanProcessor)."""
     chosen = effective_variants(scenario, variants, without)
     tel = Telemetry(exporter=exporter, run_id=run_id, scenario=scenario.name, seed=scenario.seed,
-                    metric_sink=metric_sink)
+                    metric_sink=metric_sink, live=live,
+                    **({} if epoch_ns is None else {"epoch_ns": epoch_ns}))
     sched = Scheduler()
     world = World(scenario, variants=chosen, tel=tel, sched=sched,
                   fleet_health_factory=fleet_health_factory, router_factory=router_factory,

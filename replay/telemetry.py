@@ -93,7 +93,16 @@ class Telemetry:
     """Span helpers over per-service tracers; tracks open spans so the end can mark them."""
 
     def __init__(self, *, exporter: SpanExporter, run_id: str, scenario: str, seed: int,
-                 batch: int = DEFAULT_BATCH, metric_sink: MetricSink | None = None) -> None:
+                 batch: int = DEFAULT_BATCH, metric_sink: MetricSink | None = None,
+                 epoch_ns: int = VIRTUAL_EPOCH_NS, live: bool = False) -> None:
+        """``live``: the wall-clock mode. Every span goes to the exporter as it ends (the
+        exporter batches), and an interval announces itself with a start marker when it
+        starts, so a live dashboard sees a rollout parked now, not when it is released.
+        ``epoch_ns`` is what virtual time 0 maps to (the wall clock's now, in live mode)."""
+        self._epoch_ns = epoch_ns
+        self._live = live
+        if live:
+            batch = 1
         self._metric_sink = metric_sink
         self._metrics: list[MetricPoint] = []
         self.metrics_published = 0
@@ -119,12 +128,11 @@ class Telemetry:
             tracer = self._tracers[service] = provider.get_tracer("rolloutscope.replay")
         return tracer
 
-    @staticmethod
-    def ns(t: float) -> int:
-        return VIRTUAL_EPOCH_NS + round(t * 1e9)
+    def ns(self, t: float) -> int:
+        return self._epoch_ns + round(t * 1e9)
 
     def start(self, service: str, name: str, t: float, attrs: Mapping[str, Any],
-              parent: Span | None = None) -> Span:
+              parent: Span | None = None, *, instant: bool = False) -> Span:
         a = dict(attrs)
         a[Attr.REPLAY_SCENARIO] = self._scenario
         ctx = None
@@ -134,9 +142,11 @@ class Telemetry:
                 ctx = trace.set_span_in_context(parent)
                 if id(parent) in self._open:  # cached only while the parent is open
                     self._contexts[id(parent)] = ctx
-        span = self.tracer(service).start_span(name, context=ctx, attributes=a,
-                                               start_time=self.ns(t))
+        tracer = self.tracer(service)
+        span = tracer.start_span(name, context=ctx, attributes=a, start_time=self.ns(t))
         self._open[id(span)] = span
+        if self._live and not instant:
+            emit_open_marker(tracer, span)
         return span
 
     def end(self, span: Span, t: float, attrs: Mapping[str, Any] | None = None) -> None:
@@ -153,7 +163,7 @@ class Telemetry:
     def instant(self, service: str, name: str, t: float, attrs: Mapping[str, Any],
                 parent: Span | None = None,
                 events: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> Span:
-        span = self.start(service, name, t, attrs, parent)
+        span = self.start(service, name, t, attrs, parent, instant=True)
         for ev_name, ev_attrs in events:
             self.event(span, ev_name, t, ev_attrs)
         self.end(span, t)
@@ -179,7 +189,7 @@ class Telemetry:
     def finish(self) -> int:
         """Mark every still-open interval (so views show it open), then flush. Returns count."""
         open_spans = list(self._open.values())
-        for span in open_spans:
+        for span in [] if self._live else open_spans:  # live: marked when they started
             emit_open_marker(self.tracer(span.resource.attributes[ResourceAttr.SERVICE_NAME]),
                              span)
         self._processor.force_flush()

@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "rolloutscope.dashboard.cli",
     "rolloutscope.replay.cli",
     "rolloutscope.replay.replay_cli",
+    "rolloutscope.demo",
 )
 
 

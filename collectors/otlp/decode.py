@@ -27,7 +27,7 @@ from rolloutscope.collectors.otlp.errors import BadRequestError
 from rolloutscope.collectors.otlp.limits import DecodeLimits
 from rolloutscope.collectors.otlp.signals import Signal
 from rolloutscope.collectors.store.rows import RowBatch, attributes_json
-from rolloutscope.collectors.vocabulary import ResourceAttr
+from rolloutscope.collectors.vocabulary import Attr, ResourceAttr
 
 PROTOBUF = "protobuf"
 JSON = "json"
@@ -345,8 +345,10 @@ def _decode_metrics(request, decoded: Decoded, values: _Values) -> None:
                     except ItemRejected as exc:
                         decoded.reject(what, str(exc))
                         continue
+                    step = p_attrs.get(Attr.METRIC_STEP)
                     row = dict(run_id=res.run_id, service=res.service, name=metric.name,
                                kind=kind, ts_ns=p.time_unix_nano, unit=metric.unit or None,
+                               step=step if isinstance(step, int) else None,
                                attributes=attributes_json(p_attrs), resource=res.json)
                     if kind in ("gauge", "sum"):
                         number = p.WhichOneof("value")

@@ -4,11 +4,8 @@
 -- tick); one incident per contiguous stretch of diverging samples.
 CREATE OR REPLACE VIEW router_fleet_divergence AS
 WITH samples AS (
-    SELECT r.run_id, r.ts_ns, r.value AS router_serving, f.value AS fleet_serving
-    FROM metrics r
-    JOIN metrics f ON f.run_id = r.run_id AND f.ts_ns = r.ts_ns
-                  AND f.name = 'gen_fleet/serving_shards'
-    WHERE r.name = 'router/serving_backends'
+    SELECT * FROM serving_samples
+    WHERE router_serving IS NOT NULL AND fleet_serving IS NOT NULL
 ),
 flagged AS (
     SELECT *, router_serving > fleet_serving AS diverged,
