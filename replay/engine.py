@@ -12,11 +12,20 @@ How fast virtual time passes is the driver's business: ``VirtualDriver`` runs ev
 (tests, replays, benchmarks); ``PacedDriver`` sleeps until each event's time divided by a factor
 (the accelerated wall-clock demo, which exports over OTLP to a live collector). The pacing
 functions are injected, so the paced driver is tested without sleeping.
+
+Work done outside the engine's thread (a model call served by a real inference engine) re-enters
+through an ``Inbox``: the other thread posts a callback, and a ``PacedDriver`` given the inbox runs
+it as an event at the virtual time the wall clock has reached when it takes it; it keeps waiting
+while calls are still out even if no timer is due. In that mode the virtual clock follows the
+wall clock (times the factor), so a real call's latency becomes virtual time. The virtual-clock
+path never sees an inbox.
 """
 
 from __future__ import annotations
 
 import heapq
+import threading
+from collections import deque
 from collections.abc import Callable
 from enum import IntEnum
 from typing import Any, Protocol
@@ -110,18 +119,61 @@ class VirtualDriver:
             pass
 
 
+class Inbox:
+    """Callbacks posted by other threads for the engine's thread (thread-safe).
+
+    ``outstanding`` counts the calls still out on other threads; only the engine's thread changes
+    it (``opened``/``closed``), so the driver knows to wait for them when no timer is due."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._items: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
+        self.outstanding = 0
+
+    def opened(self) -> None:
+        self.outstanding += 1
+
+    def closed(self) -> None:
+        self.outstanding -= 1
+
+    def post(self, fn: Callable[..., Any], *args: Any) -> None:
+        """From any thread: run ``fn(*args)`` on the engine's thread."""
+        with self._cond:
+            self._items.append((fn, args))
+            self._cond.notify()
+
+    def wait(self, timeout: float) -> None:
+        """Block until something is posted or ``timeout`` seconds pass (a paced driver's sleep)."""
+        with self._cond:
+            if not self._items:
+                self._cond.wait(timeout)
+
+    def take(self) -> list[tuple[Callable[..., Any], tuple[Any, ...]]]:
+        with self._cond:
+            items = list(self._items)
+            self._items.clear()
+        return items
+
+
 class PacedDriver:
-    """Virtual time runs ``factor`` times faster than ``monotonic``; sleeps in between."""
+    """Virtual time runs ``factor`` times faster than ``monotonic``; sleeps in between.
+
+    With an ``inbox``, ``sleep`` must return early when something is posted (``inbox.wait``
+    does); each posted callback becomes an event at the virtual time its arrival maps to."""
 
     def __init__(self, *, factor: float, monotonic: Callable[[], float],
-                 sleep: Callable[[float], None]) -> None:
+                 sleep: Callable[[float], None], inbox: Inbox | None = None) -> None:
         if factor <= 0:
             raise ValueError("factor must be positive")
         self.factor = factor
         self._monotonic = monotonic
         self._sleep = sleep
+        self.inbox = inbox
 
     def run(self, scheduler: Scheduler, horizon: float) -> None:
+        if self.inbox is not None:
+            self._run_with_inbox(scheduler, horizon, self.inbox)
+            return
         t0_wall = self._monotonic()
         t0_virtual = scheduler.now
         while True:
@@ -132,3 +184,25 @@ class PacedDriver:
             if wait > 0:
                 self._sleep(wait)
             scheduler.step(horizon)
+
+    def _run_with_inbox(self, scheduler: Scheduler, horizon: float, inbox: Inbox) -> None:
+        mono, factor = self._monotonic, self.factor
+        t0_wall = mono()
+        t0_virtual = scheduler.now
+        while not scheduler.stopped:
+            arrived = inbox.take()
+            if arrived:
+                now = t0_virtual + (mono() - t0_wall) * factor
+                for fn, args in arrived:
+                    scheduler.at(min(now, horizon), fn, *args)
+            t = scheduler.next_time()
+            if t is None or t > horizon:
+                if not inbox.outstanding:
+                    return
+                t = horizon  # calls are still out: wait for them until the horizon
+            wait = t0_wall + (t - t0_virtual) / factor - mono()
+            if wait > 0:
+                self._sleep(wait)
+                continue
+            if not scheduler.step(horizon):
+                return  # the horizon, with nothing due

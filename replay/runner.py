@@ -9,12 +9,18 @@ that comes back as data (``ReplayResult.raised``), not as an exception.
 The variants a run replays with are the scenario's own fixes, plus ``variants``, minus
 ``without``. The participant factories (``fleet_health_factory``, ``router_factory``,
 ``deadline_registry_factory``) default to the reference models.
+
+With a generation ``backend`` (``rolloutscope.replay.backends``) the replay runs in wall-clock
+time on a ``PacedDriver`` with an ``Inbox`` (one is made at speed 1 unless the caller passes its
+own), every policy call is served by the backend, and ``stats["generation"]`` holds the backend,
+device, engine versions and the per-kind latencies that the run records in ``runs.metadata``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +30,8 @@ from rolloutscope.collectors.exporter import StoreSpanExporter
 from rolloutscope.collectors.store import RunStore
 from rolloutscope.collectors.store.rows import RowBatch
 from rolloutscope.collectors.vocabulary import RunSource
-from rolloutscope.replay.engine import Driver, Scheduler, VirtualDriver
+from rolloutscope.replay.backends.base import BackendError, GenerationBackend, GenerationSession
+from rolloutscope.replay.engine import Driver, Inbox, PacedDriver, Scheduler, VirtualDriver
 from rolloutscope.replay.scenario import Scenario
 from rolloutscope.replay.sim.fleet import FleetHealthFactory, RouterFactory
 from rolloutscope.replay.sim.world import DeadlineRegistryFactory, World
@@ -70,10 +77,69 @@ def replay(scenario: Scenario, exporter: SpanExporter, *, run_id: str,
            fleet_health_factory: FleetHealthFactory | None = None,
            router_factory: RouterFactory | None = None,
            deadline_registry_factory: DeadlineRegistryFactory | None = None,
-           epoch_ns: int | None = None, live: bool = False) -> ReplayResult:
+           epoch_ns: int | None = None, live: bool = False,
+           backend: GenerationBackend | None = None) -> ReplayResult:
     """``live``/``epoch_ns``: the wall-clock mode (see ``Telemetry``); use it with a
     ``PacedDriver`` and an exporter that batches on its own (e.g. the OTLP exporter behind a
-    BatchSpanProcessor)."""
+    BatchSpanProcessor). ``backend``: real model calls; ``driver`` must then be a
+    ``PacedDriver`` with an inbox, or None (speed 1)."""
+    if backend is not None:
+        return _replay_on_backend(scenario, exporter, backend, run_id=run_id, variants=variants,
+                                  without=without, driver=driver, metric_sink=metric_sink,
+                                  fleet_health_factory=fleet_health_factory,
+                                  router_factory=router_factory,
+                                  deadline_registry_factory=deadline_registry_factory,
+                                  epoch_ns=epoch_ns, live=live)
+    return _replay(scenario, exporter, run_id=run_id, variants=variants, without=without,
+                   driver=driver, metric_sink=metric_sink,
+                   fleet_health_factory=fleet_health_factory, router_factory=router_factory,
+                   deadline_registry_factory=deadline_registry_factory, epoch_ns=epoch_ns,
+                   live=live)
+
+
+def wall_clock_driver(speed: float = 1.0) -> PacedDriver:
+    """A paced driver whose sleep wakes for real calls' answers (the backends' mode)."""
+    inbox = Inbox()
+    return PacedDriver(factor=speed, monotonic=time.monotonic, sleep=inbox.wait, inbox=inbox)
+
+
+def _replay_on_backend(scenario: Scenario, exporter: SpanExporter, backend: GenerationBackend,
+                       *, driver: Driver | None, **kw: Any) -> ReplayResult:
+    if driver is None:
+        driver = wall_clock_driver()
+    if not isinstance(driver, PacedDriver) or driver.inbox is None:
+        raise BackendError("a replay on a generation backend needs a PacedDriver with an inbox "
+                           "(runner.wall_clock_driver)")
+    info = backend.start()
+    try:
+        shards = max(scenario.config.fleet.shards, 1)
+        if info.endpoints and len(info.endpoints) != shards:
+            raise BackendError(f"scenario {scenario.name} has {shards} generation shard(s) but "
+                               f"{len(info.endpoints)} --backend-url were given (one per shard)")
+        holder: dict[str, GenerationSession] = {}
+
+        def session(sched: Scheduler) -> GenerationSession:
+            holder["s"] = GenerationSession(backend, inbox=driver.inbox, sched=sched,
+                                            speed=driver.factor, info=info)
+            return holder["s"]
+
+        t0 = time.monotonic()
+        result = _replay(scenario, exporter, driver=driver, generation=session, **kw)
+        gen = holder["s"]
+        gen.wall_s = time.monotonic() - t0
+    finally:
+        backend.close()
+    return dataclasses.replace(result, stats={**result.stats, "generation": gen.summary()})
+
+
+def _replay(scenario: Scenario, exporter: SpanExporter, *, run_id: str,
+            variants: Iterable[Variant | str], without: Iterable[Variant | str],
+            driver: Driver | None, metric_sink: MetricSink | None,
+            fleet_health_factory: FleetHealthFactory | None,
+            router_factory: RouterFactory | None,
+            deadline_registry_factory: DeadlineRegistryFactory | None,
+            epoch_ns: int | None, live: bool,
+            generation: Callable[[Scheduler], GenerationSession] | None = None) -> ReplayResult:
     chosen = effective_variants(scenario, variants, without)
     tel = Telemetry(exporter=exporter, run_id=run_id, scenario=scenario.name, seed=scenario.seed,
                     metric_sink=metric_sink, live=live,
@@ -81,7 +147,8 @@ def replay(scenario: Scenario, exporter: SpanExporter, *, run_id: str,
     sched = Scheduler()
     world = World(scenario, variants=chosen, tel=tel, sched=sched,
                   fleet_health_factory=fleet_health_factory, router_factory=router_factory,
-                  deadline_registry_factory=deadline_registry_factory)
+                  deadline_registry_factory=deadline_registry_factory,
+                  generation=None if generation is None else generation(sched))
     world.schedule()
     (driver or VirtualDriver()).run(sched, scenario.horizon_s)
     end = sched.now if sched.stopped else scenario.horizon_s
@@ -117,24 +184,35 @@ def replay_into_store(scenario: Scenario, store: RunStore, *,
                       variants: Iterable[Variant | str] = (),
                       without: Iterable[Variant | str] = (), seed: int | None = None,
                       run_id: str | None = None, driver: Driver | None = None,
+                      backend: GenerationBackend | None = None,
                       **factories: Any) -> ReplayResult:
     """``factories``: ``fleet_health_factory``, ``router_factory``,
-    ``deadline_registry_factory``, passed on to ``replay``."""
+    ``deadline_registry_factory``, passed on to ``replay``. The run's metadata records which
+    generation backend served it (``recorded``: the captured timings) and, for a real one, the
+    device, engine versions and per-kind latencies (``generation``)."""
     if seed is not None:
         scenario = dataclasses.replace(scenario, seed=seed)
     added, removed = _parse(variants), _parse(without)
     chosen = effective_variants(scenario, added, removed)
     run_id = run_id or default_run_id(scenario.name, scenario.seed, added, removed)
-    store.register_run(run_id, source=RunSource.REPLAY, scenario=scenario.name,
-                       variants=ordered(chosen), seed=scenario.seed,
-                       config=scenario.config_dict(),
-                       metadata={"horizon_s": scenario.horizon_s,
-                                 "description": scenario.description})
+    metadata: dict[str, Any] = {"horizon_s": scenario.horizon_s,
+                                "description": scenario.description,
+                                "generation": {"backend": "recorded"}}
+
+    def register() -> None:
+        store.register_run(run_id, source=RunSource.REPLAY, scenario=scenario.name,
+                           variants=ordered(chosen), seed=scenario.seed,
+                           config=scenario.config_dict(), metadata=metadata)
+
+    register()
     exporter = StoreSpanExporter(store)
     result = replay(scenario, exporter, run_id=run_id, variants=chosen, without=removed,
-                    driver=driver,
+                    driver=driver, backend=backend,
                     metric_sink=StoreMetricSink(store, run_id), **factories)
     exporter.force_flush()
     if exporter.dropped_spans:
         raise RuntimeError(f"{exporter.dropped_spans} span(s) could not be written")
+    if "generation" in result.stats:
+        metadata["generation"] = result.stats["generation"]
+        register()
     return result

@@ -38,6 +38,7 @@ from rolloutscope.collectors.vocabulary import (
     ShardTrigger,
     SpanName,
 )
+from rolloutscope.replay.backends.base import EngineUnreachable
 from rolloutscope.replay.engine import Priority, Timer
 from rolloutscope.replay.participants.fleet_health import (
     FleetHealthConfig,
@@ -128,7 +129,7 @@ class FleetCall:
     """One policy call of a Gym run, across its client's retries."""
 
     __slots__ = ("run", "duration_s", "retries", "engine", "timer", "span", "transport_errors",
-                 "ended")
+                 "ended", "pending")
 
     def __init__(self, run: Run, duration_s: float) -> None:
         self.run = run
@@ -139,6 +140,7 @@ class FleetCall:
         self.span: Any = None  # the open rl.router.request span of the current try
         self.transport_errors = 0
         self.ended = False
+        self.pending: Any = None  # the current try's call on a real engine
 
 
 _PROBE_TRIGGER = {True: ShardTrigger.PROBE_SUCCESS, False: ShardTrigger.PROBE_FAILURE}
@@ -223,6 +225,8 @@ class FleetSide:
                                priority=Priority.CONTROL)
             return
         engine.alive = False
+        if self.w.generation is not None:  # the driver makes the shard's endpoint unreachable
+            self.w.generation.set_reachable(engine.idx, False)
         self._fault("shard_kill", f"engine killed while {'serving' if busy else 'idle'} "
                     f"({len(engine.calls)} generation(s) in flight)", kill.shard)
         for call in sorted(engine.calls, key=lambda c: c.run.call_id or ""):
@@ -294,6 +298,19 @@ class FleetSide:
         call.engine = engine
         engine.calls.add(call)
         timeout = self.w.scenario.config.router.backend_timeout_s if self.managed else None
+        gen = self.w.generation
+        if gen is not None and engine.wedge is None:
+            # a real engine serves the try (a killed shard's endpoint refuses it for real); the
+            # router's timeout is still the replay's, in virtual time
+            if timeout is not None:
+                call.timer = self.w.sched.after(timeout, self._upstream_failed, call,
+                                                TimeoutError(f"no answer in {timeout:g}s"))
+            turn = call.run.row.turns[call.run.turn]
+            call.pending = gen.submit(call_id=call.run.call_id or "", turn=turn,
+                                      shard=engine.idx, captured_s=call.duration_s,
+                                      on_done=lambda result, took: self._real_done(call, result,
+                                                                                   took))
+            return
         if not engine.alive:
             call.timer = self.w.sched.after(FAST_FAILURE_S, self._upstream_failed, call,
                                             ClientConnectorError("Connect call failed"))
@@ -320,7 +337,32 @@ class FleetSide:
         if call.timer is not None:
             call.timer.cancel()
             call.timer = None
+        self._drop_pending(call)
         return engine
+
+    def _drop_pending(self, call: FleetCall) -> None:
+        if call.pending is not None:
+            self.w.generation.cancel(call.pending)
+            call.pending = None
+
+    def _real_done(self, call: FleetCall, result: Any, took_s: float) -> None:
+        """A real engine answered the try (on the engine's thread, at the wall clock's time)."""
+        call.pending = None
+        engine = call.engine
+        if engine is None:
+            return
+        if result.error is not None:
+            error = result.error
+            self._upstream_failed(call, ClientConnectorError(str(error))
+                                  if isinstance(error, EngineUnreachable) else error)
+            return
+        if engine.slowdown > 1.0:  # a slow shard: the rest of its slowdown, in virtual time
+            if call.timer is not None:
+                call.timer.cancel()
+            call.timer = self.w.sched.after(took_s * (engine.slowdown - 1.0),
+                                            self._upstream_ok, call)
+            return
+        self._upstream_ok(call)
 
     def _end_try(self, call: FleetCall) -> None:
         engine = self._detach(call)
@@ -328,6 +370,8 @@ class FleetSide:
             self.router.complete(engine.url, ok=True)  # a dropped client frees its slot
 
     def _upstream_ok(self, call: FleetCall) -> None:
+        if call.timer is not None:
+            call.timer.cancel()  # a real engine's answer beat the router's timeout
         call.timer = None
         engine = call.engine
         assert engine is not None
@@ -342,6 +386,7 @@ class FleetSide:
         if call.timer is not None:
             call.timer.cancel()
         call.timer = None
+        self._drop_pending(call)  # the router gave up on a real call: drop its answer
         engine = call.engine
         if engine is None:
             return
@@ -354,8 +399,8 @@ class FleetSide:
             self._answered(call, reply.status)
         elif isinstance(error, ConnectionError):
             self._transport_retry(call, type(error).__name__)
-        else:
-            self._answered(call, VLLM_ERROR_STATUS)
+        else:  # an engine's own error status, when a real one answered
+            self._answered(call, getattr(error, "status", VLLM_ERROR_STATUS))
 
     def _end_request_span(self, call: FleetCall, status: int | None,
                           outcome: RouterOutcome | None, error_type: str | None,

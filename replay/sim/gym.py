@@ -49,7 +49,7 @@ class RunOwner(Protocol):
 class Run:
     __slots__ = ("key", "owner", "prompt_idx", "row_idx", "rl_attempt", "row", "turn",
                  "activity", "call_id", "span", "rollout_span", "parked_span", "timer",
-                 "abandoned", "lost_reply", "fault_timer", "fleet_call")
+                 "abandoned", "lost_reply", "fault_timer", "fleet_call", "gen_call")
 
     def __init__(self, key: ExecutionKey, owner: RunOwner, prompt_idx: int, row_idx: int,
                  rl_attempt: int, row: Row) -> None:
@@ -70,6 +70,7 @@ class Run:
         self.lost_reply = False
         self.fault_timer: Timer | None = None
         self.fleet_call: Any = None  # the policy call in the generation fleet, when modelled
+        self.gen_call: Any = None  # the policy call on a real engine, without a fleet
 
     def ids(self) -> dict[str, Any]:
         return {Attr.ROLLOUT_ID: self.key.rollout_id, Attr.PROMPT_IDX: self.prompt_idx,
@@ -140,6 +141,9 @@ class GymSide:
         if run.fleet_call is not None:
             self.w.fleet.cancel(run.fleet_call)
             run.fleet_call = None
+        if run.gen_call is not None:
+            self.w.generation.cancel(run.gen_call)
+            run.gen_call = None
         if run.call_id is not None:
             self.w.model.forget_call(run.call_id)
             self._by_call.pop(run.call_id, None)
@@ -221,6 +225,14 @@ class GymSide:
         if self.w.fleet.active:  # generated on a shard; Gym pins stream=false on this path
             run.fleet_call = self.w.fleet.model_call(run, turn.model_s)
             return
+        gen = self.w.generation
+        if gen is not None:  # served by a real engine: its answers come back as events
+            assert run.call_id is not None
+            run.gen_call = gen.submit(
+                call_id=run.call_id, turn=turn, shard=None,
+                on_first_token=lambda: self._real_first_token(run),
+                on_done=lambda result, _s: self._real_done(run, result))
+            return
         if turn.streaming:
             run.timer = self.w.sched.after(turn.first_chunk_s, self._first_chunk, run)
         else:  # stream=false: no byte arrives before the generation finishes
@@ -238,6 +250,24 @@ class GymSide:
             run.timer = self.w.sched.after(rest, self._finished, run)
         else:
             self._finished(run)
+
+    def _real_first_token(self, run: Run) -> None:
+        assert run.call_id is not None
+        if self.w.model.first_chunk(run.call_id):
+            self.w.tel.event(run.span, EventName.MODEL_RESPONSE_STARTED, self.w.now,
+                             {Attr.MODEL_CALL_ID: run.call_id})
+
+    def _real_done(self, run: Run, result: Any) -> None:
+        run.gen_call = None
+        if result.error is not None:
+            # Gym's client answers the /run with a 500 of its own (no fleet: no retry loop)
+            self._inject_failure(run, 500, f"policy model call failed: "
+                                           f"{type(result.error).__name__}: {result.error}")
+            return
+        assert run.call_id is not None
+        if self.w.model.state_of(run.call_id) is not CallState.STREAMING:
+            self.w.model.first_chunk(run.call_id)  # a call that streamed has started already
+        self._finished(run)
 
     def generated(self, run: Run) -> None:
         """The fleet answered the run's policy call."""

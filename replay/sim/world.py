@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from rolloutscope.collectors.vocabulary import ParticipantKind
+from rolloutscope.replay.backends.base import GenerationSession
 from rolloutscope.replay.engine import Priority, Scheduler
 from rolloutscope.replay.participants.agent import AgentParticipant
 from rolloutscope.replay.participants.coordinator import CheckpointCoordinator
@@ -46,8 +47,11 @@ class World:
                  sched: Scheduler | None = None,
                  fleet_health_factory: FleetHealthFactory | None = None,
                  router_factory: RouterFactory | None = None,
-                 deadline_registry_factory: DeadlineRegistryFactory | None = None) -> None:
+                 deadline_registry_factory: DeadlineRegistryFactory | None = None,
+                 generation: GenerationSession | None = None) -> None:
         self.scenario = scenario
+        # real model calls (a wall-clock replay on an engine); None: the captured timings
+        self.generation = generation
         self.variants = frozenset(variants)
         self.tel = tel
         self.sched = sched or Scheduler()
