@@ -264,12 +264,19 @@ def emit_open_marker(tracer: trace.Tracer, span: Span) -> None:
     (the open span's id); the store files it under that id with no end, and drops it when the
     real span arrives.
     """
-    ctx = span.get_span_context()
-    attrs = dict(span.attributes or {})
-    attrs[Attr.OPEN_MARKER_FOR] = _hex_span(ctx.span_id)
-    if span.parent is not None:
-        attrs[Attr.OPEN_MARKER_PARENT] = _hex_span(span.parent.span_id)
+    attrs = open_marker_attributes(span.attributes, span.get_span_context(), span.parent)
     # a child of the open span, so that it shares its trace id whatever the parent
     marker = tracer.start_span(span.name, context=trace.set_span_in_context(span),
                                kind=span.kind, attributes=attrs, start_time=span.start_time)
     marker.end(end_time=span.start_time)
+
+
+def open_marker_attributes(attributes: Mapping[str, Any] | None, context: trace.SpanContext,
+                           parent: trace.SpanContext | None) -> dict[str, Any]:
+    """The attributes of the start marker of the open span with ``context`` and ``parent``:
+    its own, plus the ids the store files the marker under (see ``emit_open_marker``)."""
+    attrs = dict(attributes or {})
+    attrs[Attr.OPEN_MARKER_FOR] = _hex_span(context.span_id)
+    if parent is not None:
+        attrs[Attr.OPEN_MARKER_PARENT] = _hex_span(parent.span_id)
+    return attrs

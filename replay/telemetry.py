@@ -1,14 +1,25 @@
-"""Spans out of a replay: through the real OTel SDK, with explicit timestamps and seeded ids.
+"""Spans out of a replay: OTel SDK spans with explicit timestamps and seeded ids.
 
 Rule: nothing here reads the wall clock, the host or the process. Times are the virtual clock's
 seconds on a fixed virtual epoch; span and trace ids come from a seeded ``IdGenerator``; the
 resource of each simulated process is built without detectors (no hostname, pid or env). So the
 same scenario and seed give the same spans, ids included.
 
-Each simulated process (controller, each Gym server) gets its own ``TracerProvider`` and
-resource, as live telemetry would; they share one id generator and one synchronous collecting
-processor that hands full batches to an exporter (the in-process ``StoreSpanExporter`` for a
-run store; an OTLP exporter for a live collector in the wall-clock mode).
+Each simulated process (controller, each Gym server) has its own resource, as live telemetry
+would. Every ended span reaches the exporter as the SDK's own ``ReadableSpan`` (with SDK
+``SpanContext``, ``Event``, ``Status`` and ``Resource`` objects), through one synchronous
+collecting processor that hands full batches to any ``SpanExporter``: the in-process
+``StoreSpanExporter`` for a run store, an OTLP exporter for a live collector in the wall-clock
+mode.
+
+What the replay skips is the SDK's *tracer*, whose per-span work a replay does not need: context
+objects to name a parent (a replay holds the parent span itself), the sampler (a replay records
+everything), a lock per span, and attribute cleaning through ``BoundedAttributes`` for dicts that
+are already clean. The tracer's observable rules are kept, so the spans are the ones the tracer
+would make, field for field: ids are drawn in its order (a root's trace id, then the span id),
+the span limits from the environment apply (at most ``max_events`` events, the newest kept), an
+attribute set again moves to the end, an ended span ignores further changes, and any attribute
+value that is not a plain scalar goes through the SDK's own ``BoundedAttributes``.
 
 The watchdog's gauges (``rollout/*``, ``gen_fleet/*``, ``router/*``) are metrics, not spans: they
 go as ``MetricPoint`` batches to an optional ``MetricSink`` (the runner's writes them into the
@@ -17,23 +28,42 @@ store's ``metrics`` table), stamped with the same virtual times.
 
 from __future__ import annotations
 
+import logging
 import random
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
-from opentelemetry import trace
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
+from opentelemetry.sdk.util import BoundedList
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from rolloutscope.collectors.exporter import emit_open_marker
+from rolloutscope.collectors.exporter import open_marker_attributes
 from rolloutscope.collectors.vocabulary import Attr, ResourceAttr
+
+log = logging.getLogger(__name__)
 
 # 2026-09-01T00:00:00Z: a fixed epoch so a replay's times do not depend on when it ran
 VIRTUAL_EPOCH_NS = 1_788_220_800 * 1_000_000_000
 DEFAULT_BATCH = 8192
+
+# what ``TracerProvider().get_tracer("rolloutscope.replay")`` would name the spans' scope
+SCOPE = InstrumentationScope("rolloutscope.replay", "")
+# the flags the SDK gives a sampled span whose trace id is random (``SeededIdGenerator``'s are)
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED | TraceFlags.RANDOM_TRACE_ID)
+_UNSET = Status(StatusCode.UNSET)
+# values the SDK's attribute cleaning returns unchanged; anything else (a list, an enum, a
+# user model's numpy float) is cleaned by the SDK itself
+_PLAIN_VALUES = frozenset((str, bool, int, float, bytes, type(None)))
+_STR = frozenset((str,))
+_NO_ATTRIBUTES: Mapping[str, Any] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +94,41 @@ class SeededIdGenerator(IdGenerator):
         return True
 
 
+class ReplaySpan:
+    """A span the replay has started: what the SDK's ``Span`` records, as plain fields.
+
+    The simulation holds it as an opaque handle (a parent for later spans, a status to set);
+    ``Telemetry`` fills it and, when it ends, hands it on as a ``ReadableSpan``.
+    """
+
+    __slots__ = ("name", "context", "parent", "resource", "start_time", "end_time",
+                 "attributes", "events", "status")
+
+    def __init__(self, name: str, context: SpanContext, parent: SpanContext | None,
+                 resource: Resource, start_time: int,
+                 attributes: dict[str, Any] | BoundedAttributes) -> None:
+        self.name = name
+        self.context = context
+        self.parent = parent
+        self.resource = resource
+        self.start_time = start_time
+        self.end_time: int | None = None
+        self.attributes = attributes
+        self.events: list[Event] | None = None
+        self.status = _UNSET
+
+    def is_recording(self) -> bool:
+        return self.end_time is None
+
+    def set_status(self, status: Status) -> None:
+        """As the SDK's ``Span.set_status``: OK is final and UNSET changes nothing."""
+        if self.end_time is not None:
+            log.warning("replay span %s: status set after it ended", self.name)
+        elif self.status.status_code is not StatusCode.OK and (
+                status.status_code is not StatusCode.UNSET):
+            self.status = status
+
+
 class _BatchingProcessor(SpanProcessor):
     """Synchronous: ended spans go to the exporter in the engine's thread, in end order."""
 
@@ -90,7 +155,7 @@ class _BatchingProcessor(SpanProcessor):
 
 
 class Telemetry:
-    """Span helpers over per-service tracers; tracks open spans so the end can mark them."""
+    """Span helpers per simulated service; tracks open spans so the end can mark them."""
 
     def __init__(self, *, exporter: SpanExporter, run_id: str, scenario: str, seed: int,
                  batch: int = DEFAULT_BATCH, metric_sink: MetricSink | None = None,
@@ -111,64 +176,126 @@ class Telemetry:
         self._processor = _BatchingProcessor(exporter, batch)
         self._run_id = run_id
         self._scenario = scenario
-        self._tracers: dict[str, trace.Tracer] = {}
-        self._providers: list[TracerProvider] = []
-        self._open: dict[int, Span] = {}
-        self._contexts: dict[int, Any] = {}  # open span -> the context that makes it a parent
+        self._resources: dict[str, Resource] = {}
+        self._open: dict[ReplaySpan, None] = {}  # insertion-ordered: the end marks them in order
+        limits = SpanLimits()  # the SDK's defaults, or what OTEL_* variables set
+        self._max_attributes = _or_unbounded(limits.max_span_attributes)
+        self._max_event_attributes = _or_unbounded(limits.max_event_attributes)
+        self._max_events = limits.max_events
+        # a length limit truncates strings: every dict then goes through the SDK's cleaning
+        self._span_value_len = limits.max_span_attribute_length
+        self._event_value_len = limits.max_attribute_length
 
-    def tracer(self, service: str) -> trace.Tracer:
-        tracer = self._tracers.get(service)
-        if tracer is None:
-            resource = Resource({ResourceAttr.SERVICE_NAME: service,
-                                 ResourceAttr.RUN_ID: self._run_id})
-            provider = TracerProvider(resource=resource, id_generator=self._ids,
-                                      shutdown_on_exit=False)
-            provider.add_span_processor(self._processor)
-            self._providers.append(provider)
-            tracer = self._tracers[service] = provider.get_tracer("rolloutscope.replay")
-        return tracer
+    def resource(self, service: str) -> Resource:
+        resource = self._resources.get(service)
+        if resource is None:
+            resource = self._resources[service] = Resource({
+                ResourceAttr.SERVICE_NAME: service, ResourceAttr.RUN_ID: self._run_id})
+        return resource
 
     def ns(self, t: float) -> int:
         return self._epoch_ns + round(t * 1e9)
 
+    # -- spans ------------------------------------------------------------------------------------
     def start(self, service: str, name: str, t: float, attrs: Mapping[str, Any],
-              parent: Span | None = None, *, instant: bool = False) -> Span:
+              parent: ReplaySpan | None = None, *, instant: bool = False) -> ReplaySpan:
         a = dict(attrs)
         a[Attr.REPLAY_SCENARIO] = self._scenario
-        ctx = None
-        if parent is not None:
-            ctx = self._contexts.get(id(parent))
-            if ctx is None:
-                ctx = trace.set_span_in_context(parent)
-                if id(parent) in self._open:  # cached only while the parent is open
-                    self._contexts[id(parent)] = ctx
-        tracer = self.tracer(service)
-        span = tracer.start_span(name, context=ctx, attributes=a, start_time=self.ns(t))
-        self._open[id(span)] = span
-        if self._live and not instant:
-            emit_open_marker(tracer, span)
+        span = self._begin(self.resource(service), name, self.ns(t), a,
+                           None if parent is None else parent.context)
+        if not instant:
+            self._open[span] = None
+            if self._live:
+                self._mark_open(span)
         return span
 
-    def end(self, span: Span, t: float, attrs: Mapping[str, Any] | None = None) -> None:
+    def end(self, span: ReplaySpan, t: float, attrs: Mapping[str, Any] | None = None) -> None:
+        if span.end_time is not None:
+            log.warning("replay span %s: ended twice", span.name)
+            return
         if attrs:
-            span.set_attributes(attrs)
-        self._open.pop(id(span), None)
-        self._contexts.pop(id(span), None)
-        span.end(end_time=self.ns(t))
+            self._set_attributes(span, attrs)
+        self._open.pop(span, None)
+        span.end_time = self.ns(t)
+        self._export(span)
 
-    def event(self, span: Span, name: str, t: float,
+    def event(self, span: ReplaySpan, name: str, t: float,
               attrs: Mapping[str, Any] | None = None) -> None:
-        span.add_event(name, attributes=attrs, timestamp=self.ns(t))
+        if span.end_time is not None:
+            log.warning("replay span %s: event %s after it ended", span.name, name)
+            return
+        if not attrs:
+            cleaned: Mapping[str, Any] = _NO_ATTRIBUTES
+        elif (self._event_value_len is None and len(attrs) <= self._max_event_attributes
+              and _is_plain(attrs)):
+            cleaned = dict(attrs)  # the event keeps its own copy, as the SDK's do
+        else:
+            cleaned = BoundedAttributes(self._max_event_attributes, attrs, immutable=True,
+                                        max_value_len=self._event_value_len)
+        event = Event(name, cleaned, self.ns(t))
+        if span.events is None:
+            span.events = [event]
+        else:
+            span.events.append(event)
 
     def instant(self, service: str, name: str, t: float, attrs: Mapping[str, Any],
-                parent: Span | None = None,
-                events: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> Span:
+                parent: ReplaySpan | None = None,
+                events: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> ReplaySpan:
         span = self.start(service, name, t, attrs, parent, instant=True)
         for ev_name, ev_attrs in events:
             self.event(span, ev_name, t, ev_attrs)
         self.end(span, t)
         return span
 
+    def _begin(self, resource: Resource, name: str, start_ns: int, attrs: dict[str, Any],
+               parent: SpanContext | None) -> ReplaySpan:
+        ids = self._ids
+        # the tracer's order: a root draws its trace id before its span id
+        trace_id = ids.generate_trace_id() if parent is None else parent.trace_id
+        context = SpanContext(trace_id, ids.generate_span_id(), False, _SAMPLED)
+        if not (self._span_value_len is None and len(attrs) <= self._max_attributes
+                and _is_plain(attrs)):
+            attrs = BoundedAttributes(self._max_attributes, attrs, immutable=False,
+                                      max_value_len=self._span_value_len)
+        return ReplaySpan(name, context, parent, resource, start_ns, attrs)
+
+    def _set_attributes(self, span: ReplaySpan, attrs: Mapping[str, Any]) -> None:
+        current = span.attributes
+        if type(current) is dict and (
+                self._span_value_len is None and _is_plain(attrs)
+                and len(current) + len(attrs) <= self._max_attributes):
+            for key, value in attrs.items():
+                # the SDK moves a key that is set again to the end (its JSON text shows it)
+                current.pop(key, None)
+                current[key] = value
+            return
+        if type(current) is dict:
+            current = span.attributes = BoundedAttributes(
+                self._max_attributes, current, immutable=False,
+                max_value_len=self._span_value_len)
+        for key, value in attrs.items():
+            current[key] = value
+
+    def _export(self, span: ReplaySpan) -> None:
+        events: Sequence[Event] = span.events or ()
+        if len(events) > self._max_events:
+            events = BoundedList.from_seq(self._max_events, events)  # keeps the newest
+        self._processor.on_end(ReadableSpan(
+            name=span.name, context=span.context, parent=span.parent, resource=span.resource,
+            attributes=span.attributes, events=events, kind=SpanKind.INTERNAL,
+            status=span.status, start_time=span.start_time, end_time=span.end_time,
+            instrumentation_scope=SCOPE))
+
+    def _mark_open(self, span: ReplaySpan) -> None:
+        """The start marker of an open interval (see ``emit_open_marker``): a zero-length
+        child of the span, so that it shares its trace id whatever the parent."""
+        marker = self._begin(span.resource, span.name, span.start_time,
+                             open_marker_attributes(span.attributes, span.context, span.parent),
+                             span.context)
+        marker.end_time = span.start_time
+        self._export(marker)
+
+    # -- gauges -----------------------------------------------------------------------------------
     def gauge(self, service: str, name: str, t: float, value: float, step: int) -> None:
         if self._metric_sink is None:
             return
@@ -188,10 +315,20 @@ class Telemetry:
 
     def finish(self) -> int:
         """Mark every still-open interval (so views show it open), then flush. Returns count."""
-        open_spans = list(self._open.values())
+        open_spans = list(self._open)
         for span in [] if self._live else open_spans:  # live: marked when they started
-            emit_open_marker(self.tracer(span.resource.attributes[ResourceAttr.SERVICE_NAME]),
-                             span)
+            self._mark_open(span)
         self._processor.force_flush()
         self._flush_metrics()
         return len(open_spans)
+
+
+def _is_plain(attrs: Mapping[str, Any]) -> bool:
+    """Whether the SDK's cleaning would hand ``attrs`` back unchanged: non-empty string keys,
+    plain scalar values (checked by type, in C: no per-value Python call)."""
+    return (_PLAIN_VALUES.issuperset(map(type, attrs.values()))
+            and _STR.issuperset(map(type, attrs)) and "" not in attrs)
+
+
+def _or_unbounded(limit: int | None) -> int:
+    return sys.maxsize if limit is None else limit
