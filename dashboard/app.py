@@ -32,11 +32,12 @@ from rolloutscope.dashboard.views import (
     Rollouts,
     Timeline,
 )
+from rolloutscope.dashboard.replay_view import Replay
 
 log = logging.getLogger(__name__)
 
 REFRESH_MS = 1500  # live refresh period: inside the 1-2 s the views promise
-TAB_NAMES = ("Overview", "Timeline", "Checkpoints", "Fleet", "Rollouts", "Incident")
+TAB_NAMES = ("Overview", "Timeline", "Checkpoints", "Fleet", "Rollouts", "Incident", "Replay")
 
 
 @dataclass
@@ -51,10 +52,18 @@ class Dashboard:
     rollouts: Rollouts
     incident: IncidentDetail
 
+    replay: Replay | None = None
+
     @classmethod
     def over(cls, data: DataStore) -> Dashboard:
         return cls(data, Overview(data), Timeline(data), Checkpoints(data), Fleet(data),
-                   Rollouts(data), IncidentDetail(data))
+                   Rollouts(data), IncidentDetail(data), Replay(data))
+
+    def views(self) -> list:
+        """The views in tab order (``TAB_NAMES``)."""
+        out = [self.overview, self.timeline, self.checkpoints, self.fleet, self.rollouts,
+               self.incident]
+        return out + ([self.replay] if self.replay is not None else [])
 
 
 def _status_bar(data: DataStore) -> pn.Row:
@@ -83,9 +92,15 @@ def build_app(store: RunStore, *, live: bool, run_id: str | None = None,
     """The whole dashboard over ``store`` for one session (a served page or a notebook cell)."""
     data = DataStore(store, run_id=run_id, live=live)
     dash = Dashboard.over(data)
-    tabs = pn.Tabs(*zip(TAB_NAMES, (dash.overview, dash.timeline, dash.checkpoints, dash.fleet,
-                                    dash.rollouts, dash.incident)),
-                   dynamic=True, sizing_mode="stretch_width")
+    views = dash.views()
+    tabs = pn.Tabs(*zip(TAB_NAMES, views), dynamic=True, sizing_mode="stretch_width")
+
+    def show_active(*_):  # only the tab on screen follows live ticks; the others catch up
+        for i, view in enumerate(views):
+            view.shown = i == tabs.active
+
+    tabs.param.watch(show_active, "active")
+    show_active()
 
     def follow_selection(event):  # picking an incident in the list opens it on the timeline
         if event.new and tabs.active == 0:

@@ -9,9 +9,12 @@ Refresh is incremental for live mode: each tick asks every interval view only fo
 started, ended or are still open since a watermark (the latest time seen, less a margin for late
 arrivals), and replaces rows by key. Rows that arrive later than the margin are picked up by a
 full reload every ``FULL_RELOAD_EVERY`` ticks. The views without a time filter (incidents,
-thresholds) are re-read whole every ``INCIDENTS_EVERY`` ticks: the incident views run every
-detector on each read (a few hundred ms on a large run), which a 1.5 s tick cannot afford each
-time, and an incident a few seconds late is still news.
+thresholds) are re-read whole at most every ``INCIDENTS_EVERY`` ticks, and only when the run
+grew since their last read (a model view changed, or the run's ``last_seen_ns`` moved): the
+incident views run every detector on each read (a few hundred ms on a large run), which a 1.5 s
+tick cannot afford each time, an incident a few seconds late is still news, and a run that
+stopped growing cannot have new incidents. ``frame_versions`` counts changes per frame, so a
+view redraws only the elements whose frames changed.
 
 A view that a store file predates (``incidents`` and ``run_thresholds`` arrived after the first
 files were written, ``serving_samples`` is proposed) reads as an empty frame with its columns;
@@ -115,6 +118,9 @@ class DataStore(param.Parameterized):
         self._present: dict[str, bool] = {}
         self._ticks = 0
         self._watermark: int | None = None
+        self._grown = False  # the run grew since incidents were last read
+        self._run_mark: object = None
+        self.frame_versions: dict[str, int] = dict.fromkeys(VIEWS, 0)
         self.config: dict = {}
         self.last_refresh_by_view = {}
         runs = store.run_ids()
@@ -159,8 +165,12 @@ class DataStore(param.Parameterized):
         self.problems = []
         changed = False
         self.last_refresh_by_view = {}
+        whole_due = full or (self._ticks % INCIDENTS_EVERY == 0
+                             and (self._grown or self._run_moved()))
+        if whole_due:
+            self._grown = False
         for name, spec in VIEWS.items():
-            if not (full or spec.times or self._ticks % INCIDENTS_EVERY == 0):
+            if not (spec.times or whole_due):
                 continue
             started = time.perf_counter()
             new = self._read(spec, None if not spec.times else since)
@@ -169,8 +179,9 @@ class DataStore(param.Parameterized):
                 continue
             old = self.frames[name]
             if full or not spec.times:
+                if _same(old, new):
+                    continue
                 merged = new
-                changed = changed or not _same(old, new)
             elif len(new):
                 keys = pd.MultiIndex.from_frame(new[list(spec.key)].astype(str))
                 hit = (pd.MultiIndex.from_frame(old[list(spec.key)].astype(str)).isin(keys)
@@ -182,17 +193,31 @@ class DataStore(param.Parameterized):
                     continue
                 kept = old[~hit] if len(old) else old
                 merged = pd.concat([kept, new], ignore_index=True) if len(kept) else new
-                changed = True
             else:
                 continue
             self.frames[name] = merged.reset_index(drop=True)
+            self.frame_versions[name] += 1
+            changed = True
+            if spec.times:
+                self._grown = True
         if full:
             self.config = self.store.run_config(self.run_id)
+            self._run_moved()  # what a full read covered: the next look compares against it
         self._watermark = self.last_seen_ns()
         self.last_refresh_ms = (time.perf_counter() - t) * 1e3
         if changed or full:
             self.version += 1
         return changed
+
+    def _run_moved(self) -> bool:
+        """Whether the run's recorded time range moved since the last look (one keyed row)."""
+        try:
+            mark = self.store.query("SELECT first_seen_ns, last_seen_ns FROM runs "
+                                    "WHERE run_id = ?", [self.run_id])
+        except StoreError:
+            return True
+        moved, self._run_mark = mark != self._run_mark, mark
+        return moved
 
     def tick(self) -> None:
         """The live periodic callback: refresh unless paused."""
@@ -204,6 +229,7 @@ class DataStore(param.Parameterized):
         self.time_range = None
         self._watermark = None
         self._ticks = 0
+        self._run_mark = None
         self.refresh(full=True)
 
     # -- what the views ask ------------------------------------------------------------------
@@ -248,11 +274,13 @@ class DataStore(param.Parameterized):
             return frozenset()
         return frozenset(str(e) for e in _listish(incident.get("evidence")))
 
-    def incident_rollouts(self) -> set[str]:
-        """Rollouts an incident names: through an evidence span, or as its subject."""
+    def incident_rollouts(self, incident_id: str | None = None) -> set[str]:
+        """Rollouts an incident names (``incident_id``, else the selected one, else every
+        incident): through an evidence span, or as its subject."""
         inc = self.frames["incidents"]
-        if self.incident:
-            inc = inc[inc.incident_id == self.incident]
+        incident_id = incident_id or self.incident
+        if incident_id:
+            inc = inc[inc.incident_id.astype(str) == incident_id]
         spans = {str(e) for ev in inc.evidence for e in _listish(ev)}
         out: set[str] = set()
         for name in ("rollout_attempts", "deadlines", "parked_intervals", "completions"):

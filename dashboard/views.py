@@ -1,6 +1,17 @@
 """The dashboard's views. Each reads its DataStore and only draws (``__panel__``).
 
-The same objects render in the served app and in a notebook cell. Text from the data (span
+The same objects render in the served app and in a notebook cell. A view draws the DataStore's
+``version`` only while ``shown`` (the app clears it for tabs off screen): a live tick then
+redraws one tab, and a hidden view catches up when it is shown again. Within a view, an element
+redraws only when a frame it reads changed (``DataStore.frame_versions``).
+
+Two plots that share a time axis are two HoloViews panes in a Column, linked by Panel's
+``linked_axes`` through their common ``t`` dimension, never one HoloViews ``Layout``: Bokeh
+lays out the ``GridPlot`` a Layout becomes at zero width when it sits in a tab that was hidden
+at first render beside another plot, inside a page-wide Column (bokeh/bokeh#13384), and never
+lays it out again; every plot of the Fleet tab drew nothing.
+
+Text from the data (span
 attributes, incident summaries) is only ever shown escaped: HTML panes get ``html.escape``d
 strings, tables use Tabulator's ``plaintext``/``textarea`` formatters, which sanitise.
 """
@@ -65,9 +76,27 @@ def _utc(ns: int) -> str:
 
 class View(pn.viewable.Viewer):
     data = param.ClassSelector(class_=DataStore)
+    shown = param.Boolean(default=True, doc="on screen: follows the data; hidden views wait")
+    revision = param.Integer(default=0, doc="the DataStore version this view last drew")
 
     def __init__(self, data: DataStore, **params) -> None:
         super().__init__(data=data, **params)
+        self.revision = data.version
+        self._drawn: dict[str, tuple] = {}
+        data.param.watch(self._catch_up, "version")
+        self.param.watch(self._catch_up, "shown")
+
+    def _catch_up(self, *_) -> None:
+        if self.shown and self.revision != self.data.version:
+            self.revision = self.data.version
+
+    def _changed(self, element: str, *frames: str, also: tuple = ()) -> bool:
+        """Whether ``element`` must redraw: a frame it reads (or ``also``) changed since."""
+        mark = tuple(self.data.frame_versions[f] for f in frames) + (self.data.run_id, *also)
+        if self._drawn.get(element) == mark:
+            return False
+        self._drawn[element] = mark
+        return True
 
     def _frames(self, *, rollout_ids=(), evidence=frozenset(), keep=None) -> tl.TimelineFrames:
         f = self.data.frames
@@ -95,8 +124,9 @@ class Overview(View):
         super().__init__(data, **params)
         self._table = text_table(self._incident_rows(), selectable=1, page_size=15,
                                  widths={"summary": 720})
+        self._changed("incidents", "incidents", "run_thresholds")
         self._table.param.watch(self._on_select, "selection")
-        data.param.watch(self._on_version, "version")
+        self.param.watch(self._on_version, "revision")
 
     def _incident_rows(self) -> pd.DataFrame:
         inc = self.data.incidents()
@@ -111,13 +141,14 @@ class Overview(View):
         })
 
     def _on_version(self, event) -> None:
-        self._table.value = self._incident_rows()
+        if self._changed("incidents", "incidents", "run_thresholds"):
+            self._table.value = self._incident_rows()
 
     def _on_select(self, event) -> None:
         if event.new:
             self.data.incident = str(self._table.value.incident_id.iloc[event.new[0]])
 
-    @param.depends("data.version")
+    @param.depends("revision")
     def header(self) -> pn.pane.HTML:
         d, e = self.data, html.escape
         t0, now = d.first_seen_ns(), d.last_seen_ns()
@@ -136,7 +167,7 @@ class Overview(View):
                             f"</span><br>{conf}{probs}</div>", sizing_mode="stretch_width",
                             stylesheets=[CSS])
 
-    @param.depends("data.version")
+    @param.depends("revision")
     def indicators(self) -> pn.pane.HTML:
         n = self.data.indicators()
         cells = [
@@ -174,8 +205,8 @@ class Timeline(View):
         self._user_range: tuple[float, float] | None = None
         self._shown_range: tuple[float, float] | None = None
         self._focus_for: str | None = None
-        streams = [hv.streams.Params(data, ["version", "incident", "rollout_filter",
-                                            "failure_class"])]
+        streams = [hv.streams.Params(self, ["revision"]),
+                   hv.streams.Params(data, ["incident", "rollout_filter", "failure_class"])]
         self.lanes = hv.DynamicMap(self._lanes, streams=streams)
         self.serving = hv.DynamicMap(self._serving, streams=streams)
         self._range = hv.streams.RangeX(source=self.lanes)
@@ -220,7 +251,7 @@ class Timeline(View):
         self._shown_range = rng
         return rng
 
-    def _lanes(self, version, incident, rollout_filter, failure_class):
+    def _lanes(self, revision, incident, rollout_filter, failure_class):
         d = self.data
         ids, total = d.rollout_lanes()
         frames = self._frames(rollout_ids=ids, evidence=d.evidence())
@@ -233,7 +264,7 @@ class Timeline(View):
         return tl.lane_plot(frames, t0_ns=t0, now_ns=now, xlim=self.xlim(),
                             highlight=highlight)
 
-    @param.depends("data.version", "data.incident", "data.rollout_filter", "data.failure_class")
+    @param.depends("revision", "data.incident", "data.rollout_filter", "data.failure_class")
     def note(self) -> pn.pane.HTML:
         d = self.data
         ids, total = d.rollout_lanes()
@@ -243,7 +274,7 @@ class Timeline(View):
                             "; wheel zooms time, drag pans; dashed outline = still open</span>",
                             stylesheets=[CSS], sizing_mode="stretch_width")
 
-    def _serving(self, version, incident, rollout_filter, failure_class):
+    def _serving(self, revision, incident, rollout_filter, failure_class):
         d = self.data
         t0, now = d.first_seen_ns(), d.last_seen_ns()
         return tl.serving_plot(d.frames["shard_states"], t0_ns=t0, now_ns=now,
@@ -261,32 +292,56 @@ class Timeline(View):
             pn.widgets.Select.from_param(self.data.param.failure_class, label="failure class",
                                          width=110),
             self.whole, sizing_mode="stretch_width")
-        plot = pn.pane.HoloViews((self.lanes + self.serving).cols(1).opts(
-            hv.opts.Layout(shared_axes=True, merge_tools=False)),
-            sizing_mode="stretch_width", linked_axes=True)
-        return pn.Column(controls, self.note, plot, sizing_mode="stretch_width")
+        return pn.Column(controls, self.note, *linked_plots(self.lanes, self.serving),
+                         sizing_mode="stretch_width")
 
 
-def incident_selector(data: DataStore) -> pn.widgets.Select:
-    """A drop-down of incidents bound both ways to ``data.incident``."""
+def linked_plots(*plots) -> list[pn.pane.HoloViews]:
+    """One page-wide pane per plot; Panel links their x-ranges through the shared ``t``."""
+    return [pn.pane.HoloViews(plot, sizing_mode="stretch_width", linked_axes=True)
+            for plot in plots]
+
+
+def newest_critical(data: DataStore) -> str | None:
+    """The incident a view shows when none is selected: the newest critical one."""
+    inc = data.incidents()
+    crit = inc[inc.severity == "critical"]
+    return str(crit.incident_id.iloc[0]) if len(crit) else None
+
+
+def incident_selector(data: DataStore, *, fallback=None) -> pn.widgets.Select:
+    """A drop-down of incidents bound both ways to ``data.incident``.
+
+    ``fallback`` (DataStore -> incident id or None) names the incident shown while none is
+    selected; the drop-down shows it without selecting it for the other views.
+    """
     def options():
         inc = data.incidents()
         t0 = data.first_seen_ns()
-        opts = {"(none)": ""}
+        opts = {} if fallback is not None and fallback(data) else {"(none)": ""}
         for r in inc.itertuples(index=False):
-            opts[f"{(r.start_ns - t0) / S:,.1f} s  {r.kind}  {r.subject}"] = str(r.incident_id)
+            opts[f"{(r.start_ns - t0) / S:,.1f} s  {r.severity}  {r.kind}  {r.subject}"] = \
+                str(r.incident_id)
         return opts
 
-    sel = pn.widgets.Select(label="incident", options=options(), value=data.incident or "",
-                            width=380)
+    def current() -> str:
+        return data.incident or (fallback(data) if fallback is not None else None) or ""
+
+    sel = pn.widgets.Select(label="incident", options=options(), value=current(), width=420)
+    echo = [False]  # a value set from the data is not the user's choice
 
     def to_data(event):
-        data.incident = event.new or None
+        if not echo[0] and event.new != current():
+            data.incident = event.new or None
 
     def from_data(event):
-        if event.name == "version":
-            sel.options = options()
-        sel.value = data.incident or ""
+        echo[0] = True
+        try:
+            if event.name == "version":
+                sel.options = options()
+            sel.value = current()
+        finally:
+            echo[0] = False
 
     sel.param.watch(to_data, "value")
     data.param.watch(from_data, ["incident", "version"])
@@ -296,11 +351,16 @@ def incident_selector(data: DataStore) -> pn.widgets.Select:
 class Checkpoints(View):
     """Every checkpoint's per-participant phases, blockers, outcome; duration distributions."""
 
+    FRAMES = ("checkpoint_ops", "checkpoint_windows", "run_thresholds")
+
     def __init__(self, data: DataStore, **params) -> None:
         super().__init__(data, **params)
         self._phases = text_table(self._phase_rows(), page_size=20)
         self._windows = text_table(self._window_rows(), page_size=10)
-        data.param.watch(self._update, "version")
+        self._distribution = pn.pane.HoloViews(self._distribution_plot(),
+                                               sizing_mode="stretch_width")
+        self._changed("tables", *self.FRAMES)
+        self.param.watch(self._update, "revision")
 
     def _phase_rows(self) -> pd.DataFrame:
         out = plots.phase_durations(self.data.frames["checkpoint_ops"])
@@ -319,80 +379,94 @@ class Checkpoints(View):
             "admission closed for (s)": pd.to_numeric(w.duration_s).round(2).to_numpy(),
             "outcome": w.outcome.astype(str).to_numpy()})
 
-    def _update(self, event) -> None:
-        self._phases.value = self._phase_rows()
-        self._windows.value = self._window_rows()
+    def _distribution_plot(self):
+        return plots.duration_distribution(self.data.frames["checkpoint_ops"])
 
-    @param.depends("data.version")
-    def distribution(self):
-        return pn.pane.HoloViews(plots.duration_distribution(self.data.frames["checkpoint_ops"]),
-                                 sizing_mode="stretch_width")
+    def _update(self, event) -> None:
+        if self._changed("tables", *self.FRAMES):
+            self._phases.value = self._phase_rows()
+            self._windows.value = self._window_rows()
+            self._distribution.object = self._distribution_plot()
 
     def __panel__(self):
         return pn.Column(
             pn.Row(pn.Column("**Snapshot windows** (admission closed → reopened)",
                              self._windows, sizing_mode="stretch_width"),
-                   pn.Column(self.distribution, sizing_mode="stretch_width"),
+                   pn.Column(self._distribution, sizing_mode="stretch_width"),
                    sizing_mode="stretch_width"),
             "**Phases per checkpoint and participant** (seconds; worst outcome; blockers)",
             self._phases, sizing_mode="stretch_width")
 
 
+# the Fleet's own time axis: linked between its two plots, not with the Timeline's
+FLEET_TIME = hv.Dimension("t_fleet", label="time since run start (s)")
+
+
 class Fleet(View):
     """Shard lanes, transitions with triggers, probe vs reported failures, router vs fleet."""
+
+    FRAMES = ("shard_states", "serving_samples", "run_thresholds")
 
     def __init__(self, data: DataStore, **params) -> None:
         super().__init__(data, **params)
         self._transitions = text_table(self._rows(), page_size=15)
-        data.param.watch(lambda e: setattr(self._transitions, "value", self._rows()), "version")
+        self._streaks = pn.pane.HoloViews(plots.failure_streaks(data.frames["shard_states"]),
+                                          sizing_mode="stretch_width")
+        self._changed("tables", *self.FRAMES)
+        self.param.watch(self._update, "revision")
 
     def _rows(self) -> pd.DataFrame:
         return plots.transitions_table(self.data.frames["shard_states"], self._t0())
 
-    def _lanes(self, version):
+    def _update(self, event) -> None:
+        if self._changed("tables", *self.FRAMES):
+            self._transitions.value = self._rows()
+            self._streaks.object = plots.failure_streaks(self.data.frames["shard_states"])
+
+    def _lanes(self, revision):
         d = self.data
         frames = self._frames(keep=("checkpoint_windows", "shard_states"))
         return tl.lane_plot(frames, t0_ns=d.first_seen_ns(), now_ns=d.last_seen_ns(),
-                            markers=False)
+                            markers=False).redim(t=FLEET_TIME)
 
-    def _serving(self, version):
+    def _serving(self, revision):
         d = self.data
         t0 = d.first_seen_ns()
         return tl.serving_plot(d.frames["shard_states"], t0_ns=t0, now_ns=d.last_seen_ns(),
-                               router=plots.router_samples(d.frames["serving_samples"], t0))
+                               router=plots.router_samples(d.frames["serving_samples"], t0)
+                               ).redim(t=FLEET_TIME)
 
-    def lanes(self):
-        streams = [hv.streams.Params(self.data, ["version"])]
-        plot = (hv.DynamicMap(self._lanes, streams=streams)
-                + hv.DynamicMap(self._serving, streams=streams)).cols(1)
-        return pn.pane.HoloViews(plot, linked_axes=True, sizing_mode="stretch_width")
+    def lanes(self) -> list[pn.pane.HoloViews]:
+        streams = [hv.streams.Params(self, ["revision"])]
+        return linked_plots(hv.DynamicMap(self._lanes, streams=streams),
+                            hv.DynamicMap(self._serving, streams=streams))
 
-    @param.depends("data.version")
+    @param.depends("revision")
     def router_note(self):
-        missing = not len(self.data.frames["serving_samples"])
+        missing = not self.data.frames["serving_samples"].router_serving.notna().any()
         return pn.pane.HTML("<span class='rs-note'>router serving backends: no samples in this "
                             "run</span>" if missing else "", stylesheets=[CSS])
 
-    @param.depends("data.version")
-    def streaks(self):
-        return pn.pane.HoloViews(plots.failure_streaks(self.data.frames["shard_states"]),
-                                 sizing_mode="stretch_width")
-
     def __panel__(self):
-        return pn.Column(self.lanes(), self.router_note, pn.Row(
+        return pn.Column(*self.lanes(), self.router_note, pn.Row(
             pn.Column("**Transitions** (trigger, streak counters, error)", self._transitions,
                       sizing_mode="stretch_width"),
-            pn.Column(self.streaks, width=420)), sizing_mode="stretch_width")
+            pn.Column(self._streaks, width=420)), sizing_mode="stretch_width")
 
 
 class Rollouts(View):
     """Attempts with outcome / failure-class filters; deadline-versus-snapshot overlap."""
 
+    FRAMES = ("rollout_attempts", "deadlines", "checkpoint_windows", "run_thresholds")
+
     def __init__(self, data: DataStore, **params) -> None:
         super().__init__(data, **params)
         self._table = text_table(self._rows(), page_size=20)
-        data.param.watch(lambda e: setattr(self._table, "value", self._rows()),
-                         ["version", "outcomes", "failure_class"])
+        self._overlap = pn.Column(self._overlap_pane(), sizing_mode="stretch_width")
+        self._changed("table", *self.FRAMES, also=(data.outcomes, data.failure_class))
+        self._changed("overlap", *self.FRAMES)
+        self.param.watch(self._update, "revision")
+        data.param.watch(self._update, ["outcomes", "failure_class"])
 
     def _rows(self) -> pd.DataFrame:
         a = self.data.attempts_table().sort_values("start_ns")
@@ -407,8 +481,7 @@ class Rollouts(View):
             "failure class": a.failure_class.fillna("").astype(str).to_numpy(),
             "failure_reason": a.failure_reason.fillna("").astype(str).to_numpy()})
 
-    @param.depends("data.version")
-    def overlap(self):
+    def _overlap_pane(self):
         d = self.data
         ov = plots.deadline_overlaps(d.frames["deadlines"], d.frames["checkpoint_windows"],
                                      now_ns=d.last_seen_ns())
@@ -417,42 +490,63 @@ class Rollouts(View):
                                 "window.</span>", stylesheets=[CSS])
         return pn.pane.HoloViews(plots.overlap_plot(ov), sizing_mode="stretch_width")
 
+    def _update(self, event) -> None:
+        if event.name in ("outcomes", "failure_class") and not self.shown:
+            return  # a filter changed on another tab: drawn when this one is shown
+        d = self.data
+        if self._changed("table", *self.FRAMES, also=(tuple(d.outcomes), d.failure_class)):
+            self._table.value = self._rows()
+        if self._changed("overlap", *self.FRAMES):
+            self._overlap[:] = [self._overlap_pane()]
+
     def __panel__(self):
         filters = pn.Row(
             pn.widgets.CheckButtonGroup.from_param(self.data.param.outcomes, label="outcome"),
             pn.widgets.Select.from_param(self.data.param.failure_class, label="failure class",
                                          width=110))
-        return pn.Column(self.overlap, "**Attempts** (filter by outcome; none selected = all)",
+        return pn.Column(self._overlap, "**Attempts** (filter by outcome; none selected = all)",
                          filters, self._table, sizing_mode="stretch_width")
 
 
 class IncidentDetail(View):
-    """The selected incident as a numbered story beside a mini timeline."""
+    """An incident as a numbered story beside a mini timeline: the selected one, else the
+    newest critical one."""
 
-    @param.depends("data.incident", "data.version")
-    def story(self):
+    def shown_incident(self):
         d = self.data
         inc = d.selected_incident()
+        if inc is None and (newest := newest_critical(d)) is not None:
+            rows = d.frames["incidents"]
+            inc = rows[rows.incident_id.astype(str) == newest].iloc[0].to_dict()
+        return inc
+
+    @param.depends("data.incident", "revision")
+    def story(self):
+        d = self.data
+        inc = self.shown_incident()
         if inc is None:
-            return pn.pane.HTML("<span class='rs-note'>Select an incident.</span>",
-                                stylesheets=[CSS])
+            return pn.pane.HTML("<span class='rs-note'>No incident in this run yet; select one "
+                                "when it appears.</span>", stylesheets=[CSS])
         incidents = d.frames["incidents"]
         st = incident_story(inc, d.frames, t0_ns=self._t0(), incidents=incidents)
         cause = None
         if st.caused_by:
             rows = incidents[incidents.incident_id == st.caused_by]
             cause = str(rows.summary.iloc[0]) if len(rows) else None
-        return pn.pane.HTML(story_html(st, subject=str(inc["subject"]), caused_by_summary=cause),
+        note = "" if d.incident else ("<div class='rs-note'>the newest critical incident; pick "
+                                      "another above</div>")
+        return pn.pane.HTML(note + story_html(st, subject=str(inc["subject"]),
+                                              caused_by_summary=cause),
                             stylesheets=[CSS], sizing_mode="stretch_width")
 
-    @param.depends("data.incident", "data.version")
+    @param.depends("data.incident", "revision")
     def mini_timeline(self):
         d = self.data
-        inc = d.selected_incident()
+        inc = self.shown_incident()
         if inc is None:
             return pn.Spacer(height=0)
         ev = d.evidence(inc)
-        ids = sorted(d.incident_rollouts())
+        ids = sorted(d.incident_rollouts(str(inc["incident_id"])))
         frames = self._frames(rollout_ids=ids, evidence=ev)
         ops = frames.checkpoint_ops
         cks = set(ops.checkpoint_id[ops.span_id.isin(ev)]) | set(
@@ -475,7 +569,7 @@ class IncidentDetail(View):
         return pn.pane.HoloViews(plot, sizing_mode="stretch_width")
 
     def __panel__(self):
-        return pn.Column(incident_selector(self.data),
+        return pn.Column(incident_selector(self.data, fallback=newest_critical),
                          pn.Row(pn.Column(self.story, width=620),
                                 pn.Column(self.mini_timeline, sizing_mode="stretch_width"),
                                 sizing_mode="stretch_width"),

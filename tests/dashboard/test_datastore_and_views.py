@@ -10,7 +10,9 @@ from rolloutscope.cli import main
 from rolloutscope.collectors.exporter import instrument
 from rolloutscope.collectors.vocabulary import Attr, SpanName
 from rolloutscope.dashboard.app import build_app, websocket_origins
-from rolloutscope.dashboard.datastore import VIEWS, DataStore
+from rolloutscope.collectors.store.rows import RowBatch
+from rolloutscope.dashboard.datastore import INCIDENTS_EVERY, VIEWS, DataStore, ViewSpec
+from rolloutscope.dashboard.views import Fleet, IncidentDetail, Overview, Timeline
 from tests.store.conftest import SpanKit
 
 from .conftest import RUN, SCRIPT
@@ -53,11 +55,44 @@ class TestDataStore:
         ids, total = data.rollout_lanes(cap=5)
         assert (len(ids), total) == (5, 13)  # capped, and the note can say of how many
 
-    def test_a_view_the_file_lacks_reads_as_an_empty_frame_with_its_columns(self, data):
-        assert "serving_samples" not in data._present or not data._present["serving_samples"]
-        assert list(data.frames["serving_samples"].columns) == list(
-            VIEWS["serving_samples"].columns)
-        assert data.frames["serving_samples"].empty
+    def test_a_view_the_file_lacks_reads_as_an_empty_frame_with_its_columns(self, p1_store,
+                                                                              monkeypatch):
+        spec = ViewSpec("proposed_view", ("ts_ns",), ("ts_ns", "ts_ns"), ("run_id", "ts_ns"),
+                        optional=True)
+        monkeypatch.setitem(VIEWS, spec.name, spec)
+        data = DataStore(p1_store)
+        assert data.frames["proposed_view"].empty
+        assert list(data.frames["proposed_view"].columns) == ["run_id", "ts_ns"]
+
+    def test_router_serving_backends_come_from_the_serving_samples_view(self, tmp_path):
+        inst = instrument(tmp_path / "serving.duckdb", service_name="tests", run_id="srv")
+        try:
+            kit = SpanKit(inst)
+            kit.span(SpanName.SHARD_STATE, 0, 60, {Attr.SHARD_IDX: 0, Attr.FLEET_STATE: "healthy",
+                                                   Attr.FLEET_TRIGGER: "initial"})
+            kit.flush()
+            batch = RowBatch()
+            for t, router, fleet in ((10, 4, 4), (40, 3, 2)):
+                for name, value in (("router/serving_backends", router),
+                                    ("gen_fleet/serving_shards", fleet)):
+                    batch.add_row("metrics", run_id="srv", service="tests", name=name,
+                                  kind="gauge", ts_ns=kit_ns(t), value=float(value))
+            inst.store.writer().write(batch)
+            data = DataStore(inst.store, live=True)
+            samples = data.frames["serving_samples"].sort_values("ts_ns")
+            assert samples[["router_serving", "fleet_serving"]].values.tolist() == [
+                [4.0, 4.0], [3.0, 2.0]]
+            router = Fleet(data)._serving(data.version).get(2)  # the router's step line
+            assert router.dframe().values.tolist() == [[10.0, 4.0], [40.0, 3.0]]
+        finally:
+            inst.shutdown()
+
+    def test_incidents_are_not_re_read_while_the_run_does_not_grow(self, data):
+        reads = []
+        data.param.watch(lambda e: reads.append(e.new), "version")
+        for _ in range(2 * INCIDENTS_EVERY):
+            data.refresh()
+        assert "incidents" not in data.last_refresh_by_view and reads == []
 
     def test_a_live_refresh_reads_new_rows_and_replaces_intervals_that_closed(self, tmp_path):
         inst = instrument(tmp_path / "live.duckdb", service_name="tests", run_id="live")
@@ -98,13 +133,10 @@ class TestViews:
     def test_every_view_renders_to_a_bokeh_model(self, p1_store):
         app = build_app(p1_store, live=False)
         dash = app.dashboard
-        for view in (dash.overview, dash.timeline, dash.checkpoints, dash.fleet,
-                     dash.rollouts, dash.incident):
+        for view in dash.views():
             assert pn.panel(view).get_root() is not None
 
     def test_selecting_an_incident_zooms_the_timeline_and_whole_run_resets_it(self, data):
-        from rolloutscope.dashboard.views import Timeline
-
         timeline = Timeline(data)
         plot = RENDERER.get_plot(timeline.lanes)
         whole = (plot.state.x_range.start, plot.state.x_range.end)
@@ -116,8 +148,6 @@ class TestViews:
         assert (plot.state.x_range.start, plot.state.x_range.end) == whole
 
     def test_the_rollout_filter_changes_the_lanes_drawn(self, data):
-        from rolloutscope.dashboard.views import Timeline
-
         timeline = Timeline(data)
         plot = RENDERER.get_plot(timeline.lanes)
         labels = lambda: set(plot.state.yaxis[0].major_label_overrides.values())  # noqa: E731
@@ -126,30 +156,66 @@ class TestViews:
         assert "r-9 try 0" in labels()
 
     def test_picking_an_incident_in_the_overview_list_selects_it(self, data):
-        from rolloutscope.dashboard.views import Overview
-
         overview = Overview(data)
         table = overview._table
         assert table.value.kind.iloc[-1] == "deadline_fired_while_parked"
         table.selection = [len(table.value) - 1]
         assert data.selected_incident()["kind"] == "deadline_fired_while_parked"
 
-    def test_the_incident_detail_tells_the_story_with_data_escaped(self, data):
-        from rolloutscope.dashboard.views import IncidentDetail
-
+    def test_the_incident_detail_shows_the_newest_critical_incident_until_one_is_picked(
+            self, data):
         detail = IncidentDetail(data)
-        assert "Select an incident" in detail.story().object
+        inc = data.incidents()
+        newest = inc[inc.severity == "critical"].iloc[0]
+        assert detail.shown_incident()["incident_id"] == newest.incident_id
+        assert "newest critical incident" in detail.story().object
+        assert data.incident is None  # shown, not selected for the other views
+        data.incident = inc.query("kind == 'quarantine'").incident_id.iloc[0]
+        assert detail.shown_incident()["kind"] == "quarantine"
+        assert "newest critical" not in detail.story().object
+
+    def test_the_incident_detail_tells_the_story_with_data_escaped(self, data):
+        detail = IncidentDetail(data)
         data.incident = data.incidents().query("kind == 'quarantine'").incident_id.iloc[0]
         html_out = detail.story().object
         assert "Shard 3 goes suspect -&gt; dead on reported_failure" in html_out
         assert SCRIPT not in html_out and "&lt;script&gt;" in html_out
 
     def test_text_tables_render_cells_as_text(self, data):
-        from rolloutscope.dashboard.views import Fleet
-
         table = Fleet(data)._transitions
         assert table.formatters["error"] == {"type": "textarea"}
         assert table.formatters["trigger"] == {"type": "plaintext"}
+
+
+class TestLiveRedraw:
+    def test_a_hidden_view_does_not_redraw_on_a_tick_and_catches_up_when_shown(self, data):
+        overview, fleet = Overview(data), Fleet(data)
+        fleet.shown = False
+        drawn = []
+        fleet._transitions.param.watch(lambda e: drawn.append(len(e.new)), "value")
+        data.frames["shard_states"] = data.frames["shard_states"].iloc[:-1]
+        data.frame_versions["shard_states"] += 1
+        data.version += 1
+        assert overview.revision == data.version and fleet.revision < data.version
+        assert drawn == []
+        fleet.shown = True
+        assert fleet.revision == data.version and drawn == [5]
+
+    def test_an_element_whose_frames_did_not_change_is_not_redrawn(self, data):
+        fleet = Fleet(data)
+        drawn = []
+        fleet._transitions.param.watch(lambda e: drawn.append(1), "value")
+        data.frame_versions["rollout_attempts"] += 1
+        data.version += 1
+        assert fleet.revision == data.version and drawn == []
+
+    def test_the_app_draws_only_the_tab_on_screen(self, p1_store):
+        app = build_app(p1_store, live=False)
+        tabs = app[1]
+        views = app.dashboard.views()
+        assert [v.shown for v in views] == [True] + [False] * (len(views) - 1)
+        tabs.active = 3
+        assert [v.shown for v in views].index(True) == 3 and sum(v.shown for v in views) == 1
 
 
 class TestServing:

@@ -1,0 +1,155 @@
+"""Before/after timelines of a capture and its replay: pure frames -> HoloViews builders.
+
+Rule: the input is what ``rolloutscope.replay.compare`` returns (``timeline_frames``: rows of
+run, lane, kind, label, start_s, end_s, outcome on one simulated-time axis; ``incident_frame``:
+incidents with their matching key), nothing here reads a store. Both sides are drawn on the same
+lanes in the same order, so a rollout sits on the same row before and after and the eye compares
+straight down; the time axis is named ``t_replay`` so Panel links the two plots with each other
+and with nothing on the other tabs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import holoviews as hv
+import numpy as np
+import pandas as pd
+
+from rolloutscope.dashboard import style
+from rolloutscope.replay.compare import match_incidents
+
+HALF = 0.38
+MAX_ROLLOUT_LANES = 60
+FIXED_LANES = ("snapshots", "incidents")
+INTERVAL_KINDS = ("try", "parked", "snapshot", "shard_state")
+INSTANT_STYLE = {
+    "deadline_fired": {"marker": "x", "color": style.ERROR, "size": 13, "line_width": 3},
+    "completion": {"marker": "circle", "color": "#2f6f8f", "size": 8},
+    "unacknowledged": {"marker": "circle", "fill_color": "white", "line_color": style.ERROR,
+                       "line_width": 2.5, "size": 11},
+    "incident": {"marker": "inverted_triangle", "color": style.WARN, "size": 12},
+}
+TIME = hv.Dimension("t_replay", label="simulated time (s)")
+TOOLTIPS = [("lane", "@lane"), ("", "@what"), ("", "@detail"), ("from (s)", "@t_replay{0,0.0}"),
+            ("to (s)", "@t_end{0,0.0}")]
+VERDICT_COLUMNS = ["status", "kind", "subject", "before (s)", "after (s)", "summary"]
+
+
+def replay_lanes(before: pd.DataFrame, after: pd.DataFrame,
+                 cap: int = MAX_ROLLOUT_LANES) -> tuple[tuple[str, ...], int]:
+    """Lanes both sides draw: snapshots, shards, rollouts (first seen first), incidents; and
+    how many rollout lanes there were before the cap."""
+    rows = pd.concat([before, after], ignore_index=True)
+    rows = rows[rows.lane.notna()]
+    first = rows.groupby("lane").start_s.min().sort_values(kind="stable")
+    shards = sorted((lane for lane in first.index if lane.startswith("shard ")),
+                    key=lambda s: (len(s), s))
+    rollouts = [lane for lane in first.index
+                if lane not in FIXED_LANES and not lane.startswith("shard ")]
+    return ("snapshots", *shards, *rollouts[:cap], "incidents"), len(rollouts)
+
+
+def _color(kind: str, label: str, outcome: object) -> str:
+    if kind == "parked":
+        return style.PARKED
+    if kind == "shard_state":
+        return style.shard_color(label)
+    if kind == "try" and outcome == "committed":
+        return style.ROLLOUT_RUNNING
+    return style.outcome_color("open" if outcome is None or pd.isna(outcome) else outcome)
+
+
+def replay_rects(frame: pd.DataFrame, lanes: tuple[str, ...], *, end_s: float) -> pd.DataFrame:
+    """One bar per interval row on a known lane; open intervals reach ``end_s``."""
+    y = {lane: -float(i) for i, lane in enumerate(lanes)}
+    f = frame[frame.kind.isin(INTERVAL_KINDS) & frame.lane.isin(y) & frame.start_s.notna()]
+    ends = pd.to_numeric(f.end_s, errors="coerce").fillna(end_s).to_numpy(dtype="float64")
+    mid = f.lane.map(y).to_numpy(dtype="float64")
+    half = np.where(f.kind.eq("parked"), HALF / 2, HALF)
+    return pd.DataFrame({
+        "t_replay": f.start_s.to_numpy(dtype="float64"), "y": mid - half, "t_end": ends,
+        "y_top": mid + half,
+        "color": [_color(k, lb, o) for k, lb, o in zip(f.kind, f.label, f.outcome)],
+        "lane": f.lane.astype(str).to_numpy(), "what": f.label.astype(str).to_numpy(),
+        "detail": f.outcome.fillna("open").astype(str).to_numpy()})
+
+
+def replay_instants(frame: pd.DataFrame, lanes: tuple[str, ...]) -> dict[str, pd.DataFrame]:
+    """Instants by marker kind: fired deadlines, completions (unacknowledged apart), incidents."""
+    y = {lane: -float(i) for i, lane in enumerate(lanes)}
+    f = frame[frame.lane.isin(y) & frame.start_s.notna()]
+    marker = np.where(f.kind.eq("completion") & f.outcome.eq("unacknowledged"),
+                      "unacknowledged", f.kind)
+    out = {}
+    for kind in INSTANT_STYLE:
+        g = f[marker == kind]
+        out[kind] = pd.DataFrame({
+            "t_replay": g.start_s.to_numpy(dtype="float64"),
+            "y": g.lane.map(y).to_numpy(dtype="float64"),
+            "lane": g.lane.astype(str).to_numpy(), "what": g.label.astype(str).to_numpy(),
+            "detail": g.outcome.fillna("").astype(str).to_numpy()})
+    return out
+
+
+def replay_timeline(frame: pd.DataFrame, lanes: tuple[str, ...], *, title: str,
+                    xlim: tuple[float, float], highlight: tuple[float, float] | None = None
+                    ) -> hv.Overlay:
+    """One side's timeline; the same layers in the same order whatever the data."""
+    top, bottom = 0.5, -len(lanes) + 0.5
+    common = dict(xlim=xlim, ylim=(bottom, top), framewise=True)
+    kd = [TIME, "y", "t_end", "y_top"]
+    n = 1 if highlight else 0
+    hl = pd.DataFrame({"t_replay": [highlight[0]] * n if n else [], "y": [bottom] * n,
+                       "t_end": [highlight[1]] * n if n else [], "y_top": [top] * n},
+                      dtype="float64")
+    layers = [
+        hv.Rectangles(hl, kd, group="Highlight", label="selected incident").opts(
+            color=style.INCIDENT_SPAN, alpha=0.25, line_alpha=0, **common),
+        hv.Rectangles(replay_rects(frame, lanes, end_s=xlim[1]), kd,
+                      ["color", "lane", "what", "detail"], group="Intervals").opts(
+            color="color", line_color="white", line_width=0.5, tools=["hover"],
+            hover_tooltips=TOOLTIPS, **common)]
+    for kind, points in replay_instants(frame, lanes).items():
+        layers.append(hv.Points(points, [TIME, "y"], ["lane", "what", "detail"],
+                                label=kind.replace("_", " ")).opts(
+            tools=["hover"], **INSTANT_STYLE[kind], **common))
+    h = int(np.clip(len(lanes) * style.LANE_HEIGHT_PX + 90, 200, 900))
+    return hv.Overlay(layers).opts(hv.opts.Overlay(
+        title=title, yticks=[(-float(i), lane) for i, lane in enumerate(lanes)], ylabel="",
+        height=h, responsive=True, legend_position="top", legend_cols=6, show_grid=True,
+        fontsize={"yticks": "8pt", "legend": "8pt", "title": "10pt"},
+        active_tools=["xwheel_zoom", "xpan"],
+        default_tools=["xpan", "xwheel_zoom", "box_zoom", "reset", "save"]))
+
+
+def span_of(before: pd.DataFrame, after: pd.DataFrame) -> tuple[float, float]:
+    """The simulated-time range both sides cover."""
+    times = pd.concat([before.start_s, before.end_s, after.start_s, after.end_s])
+    times = pd.to_numeric(times, errors="coerce").dropna()
+    return (0.0, max(float(times.max()), 1.0)) if len(times) else (0.0, 1.0)
+
+
+def incident_verdicts(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
+    """What the replay did to each incident: reproduced, vanished or appeared, matched by key
+    (``compare.incident_frame`` rows of each side)."""
+    reproduced, vanished, appeared = match_incidents(Counter(before.key), Counter(after.key))
+    first_b, first_a = _first_by_key(before), _first_by_key(after)
+    rows = []
+    for status, keys in (("reproduced", reproduced), ("vanished", vanished),
+                         ("appeared", appeared)):
+        for key in keys:
+            b, a = first_b.get(key), first_a.get(key)
+            rows.append({
+                "status": status, "kind": key[0], "subject": key[1],
+                "before (s)": b.start_s if b is not None and status != "appeared" else None,
+                "after (s)": a.start_s if a is not None and status != "vanished" else None,
+                "summary": (a if status == "appeared" else b).summary})
+    return pd.DataFrame(rows, columns=VERDICT_COLUMNS)
+
+
+def _first_by_key(frame: pd.DataFrame) -> dict:
+    first: dict = {}
+    for row in frame.itertuples():
+        first.setdefault(row.key, row)
+    return first

@@ -1,0 +1,143 @@
+"""The Replay view: a captured run ("before", the DataStore's run) against a replay of it
+("after"), as two timelines on one simulated-time axis and what happened to each incident.
+
+The after run is another run of the same store file (``rolloutscope replay RUN.duckdb --out
+RUN.duckdb``, or ``replay_into_store`` with another run id), picked from the file's runs, or a
+run of another store handed to the constructor. A replay names its capture in
+``runs.parent_run_id``; that run is the default pick. Rows come from
+``rolloutscope.replay.compare`` (``timeline_frames``, ``incident_frame``, ``outcome_counts``),
+re-read only when the pair of runs or the before run's incidents changed.
+"""
+
+from __future__ import annotations
+
+import html
+
+import holoviews as hv
+import pandas as pd
+import panel as pn
+import param
+
+from rolloutscope.collectors.store import RunStore
+from rolloutscope.dashboard import replay_plot as rp
+from rolloutscope.dashboard.datastore import DataStore
+from rolloutscope.dashboard.views import (
+    CSS,
+    View,
+    incident_selector,
+    linked_plots,
+    newest_critical,
+    text_table,
+)
+from rolloutscope.replay import compare
+
+PAD_S = 60.0  # simulated seconds shown either side of a selected incident
+
+
+class Replay(View):
+    """Before/after timelines of a capture and its replay, incidents reproduced / vanished /
+    appeared, and the outcome counts of both."""
+
+    after_run = param.Selector(default=None, objects=[], allow_None=True,
+                               doc="the replay compared with the DataStore's run")
+
+    def __init__(self, data: DataStore, *, after_store: RunStore | None = None,
+                 after_run: str | None = None, **params) -> None:
+        super().__init__(data, **params)
+        self.after_store = after_store or data.store
+        self._pick_runs(after_run)
+        self._before = self._after = pd.DataFrame(columns=compare.TIMELINE_COLUMNS)
+        self._before_incidents = pd.DataFrame(columns=["incident_id", "start_s", "key"])
+        self._lanes: tuple[str, ...] = ("snapshots", "incidents")
+        self._rollouts = 0
+        self._span = (0.0, 1.0)
+        self._verdicts = text_table(pd.DataFrame(columns=rp.VERDICT_COLUMNS), page_size=12)
+        self._outcomes = text_table(pd.DataFrame(columns=["outcome", "before", "after"]),
+                                    pagination=None, page_size=None)
+        self._note = pn.pane.HTML(stylesheets=[CSS], sizing_mode="stretch_width")
+        self._load()
+        streams = [hv.streams.Params(self, ["revision", "after_run"]),
+                   hv.streams.Params(data, ["incident"])]
+        self.before_plot = hv.DynamicMap(self._plot_before, streams=streams)
+        self.after_plot = hv.DynamicMap(self._plot_after, streams=streams)
+        self.param.watch(self._reload, ["revision", "after_run"])
+        data.param.watch(self._on_run, "run_id")
+
+    # -- which runs ------------------------------------------------------------------------
+    def _pick_runs(self, after_run: str | None) -> None:
+        same_file = self.after_store is self.data.store
+        runs = [r for r in self.after_store.run_ids() if not same_file or r != self.data.run_id]
+        self.param.after_run.objects = runs
+        if after_run is None and runs:
+            children = [r for (r,) in self.after_store.query(
+                "SELECT run_id FROM runs WHERE parent_run_id = ? ORDER BY created_ns DESC",
+                [self.data.run_id]) if r in runs]
+            after_run = children[0] if children else runs[-1]
+        self.after_run = after_run
+
+    def _on_run(self, event) -> None:
+        self._pick_runs(None)
+        self._reload()
+
+    # -- reading ---------------------------------------------------------------------------
+    def _load(self) -> None:
+        d = self.data
+        if d.run_id is None or self.after_run is None:
+            self._note.object = ("<span class='rs-note'>No replay to compare with: this file "
+                                 "holds one run. Write one into it with <code>rolloutscope "
+                                 "replay RUN.duckdb --variant V --out RUN.duckdb</code>.</span>")
+            return
+        self._before, self._after = compare.timeline_frames(d.store, d.run_id, self.after_store,
+                                                            self.after_run)
+        self._before_incidents = compare.incident_frame(d.store, d.run_id)
+        after_incidents = compare.incident_frame(self.after_store, self.after_run)
+        self._lanes, self._rollouts = rp.replay_lanes(self._before, self._after)
+        self._span = rp.span_of(self._before, self._after)
+        self._verdicts.value = rp.incident_verdicts(self._before_incidents, after_incidents)
+        a = compare.outcome_counts(d.store, d.run_id).as_dict()
+        b = compare.outcome_counts(self.after_store, self.after_run).as_dict()
+        self._outcomes.value = pd.DataFrame({"outcome": list(a), "before": list(a.values()),
+                                             "after": [b[k] for k in a]})
+        shown = min(self._rollouts, rp.MAX_ROLLOUT_LANES)
+        self._note.object = (
+            f"<span class='rs-note'>before <b>{html.escape(str(d.run_id))}</b>, after "
+            f"<b>{html.escape(str(self.after_run))}</b>; {shown:,} of {self._rollouts:,} "
+            "rollout lanes; simulated seconds from each run's origin</span>")
+
+    def _reload(self, *_) -> None:
+        if self._changed("compare", "incidents", also=(self.after_run,)):
+            self._load()
+
+    # -- drawing ---------------------------------------------------------------------------
+    def _focus(self) -> tuple[tuple[float, float], tuple[float, float] | None]:
+        incident = self.data.incident or newest_critical(self.data)
+        inc = self._before_incidents
+        rows = inc[inc.incident_id.astype(str) == str(incident)] if incident else inc.iloc[:0]
+        if not len(rows) or pd.isna(rows.start_s.iloc[0]):
+            return self._span, None
+        t = float(rows.start_s.iloc[0])
+        return (max(t - PAD_S, self._span[0]), t + 2 * PAD_S), (t - 1.0, t + 1.0)
+
+    def _plot_before(self, revision, after_run, incident):
+        xlim, hl = self._focus()
+        return rp.replay_timeline(self._before, self._lanes, title=f"before: {self.data.run_id}",
+                                  xlim=xlim, highlight=hl)
+
+    def _plot_after(self, revision, after_run, incident):
+        xlim, hl = self._focus()
+        return rp.replay_timeline(self._after, self._lanes, title=f"after: {self.after_run}",
+                                  xlim=xlim, highlight=hl)
+
+    def __panel__(self):
+        controls = pn.Row(
+            pn.widgets.Select.from_param(self.param.after_run, name="after (replay)",
+                                         width=320),
+            incident_selector(self.data, fallback=newest_critical),
+            sizing_mode="stretch_width")
+        return pn.Column(
+            controls, self._note, *linked_plots(self.before_plot, self.after_plot),
+            pn.Row(pn.Column("**Incidents** (reproduced, vanished, appeared in the replay)",
+                             self._verdicts, sizing_mode="stretch_width"),
+                   pn.Column("**Outcome counts**", self._outcomes, width=320),
+                   sizing_mode="stretch_width"),
+            sizing_mode="stretch_width")
