@@ -53,6 +53,29 @@ DRAWN_PIXELS_JS = f"""
   return best;
 }}
 """
+# Coloured pixels of each visible plot on screen, as [top, height, pixels]: a plot's canvases
+# share one bounding box, so the most any of them holds is what that plot drew.
+PLOT_PIXELS_JS = f"""
+() => {{
+  const plots = new Map();
+  for (const c of ({CANVASES_JS})()) {{
+    if (!c.width || !c.height || !c.offsetParent) continue;
+    const r = c.getBoundingClientRect();
+    if (r.height < 100) continue;  // toolbar and legend glyphs
+    const key = [Math.round(r.top), Math.round(r.left), Math.round(r.height)].join(',');
+    const data = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+    let n = 0;
+    for (let i = 0; i < data.length; i += 16) {{
+      const [red, g, b, a] = [data[i], data[i + 1], data[i + 2], data[i + 3]];
+      if (a > 0 && !(red > 245 && g > 245 && b > 245) && Math.abs(red - g) + Math.abs(g - b) > 30)
+        n += 1;
+    }}
+    plots.set(key, Math.max(plots.get(key) || 0, n));
+  }}
+  return [...plots.entries()].map(([k, n]) => [...k.split(',').map(Number), n])
+    .sort((a, b) => a[0] - b[0]);
+}}
+"""
 # (start, end) of every Range1d x-range in the Bokeh document.
 X_RANGES_JS = """
 () => {
@@ -116,6 +139,14 @@ def wait_for_plot(page) -> None:
     page.wait_for_function(f"() => ({DRAWN_PIXELS_JS})() > 200", timeout=TIMEOUT_MS)
 
 
+def wait_for_every_plot(page, count: int) -> list:
+    """Wait until ``count`` plots are on screen and each has drawn; their pixels, top first."""
+    page.wait_for_function(
+        f"(n) => {{ const p = ({PLOT_PIXELS_JS})(); "
+        "return p.length >= n && p.every((x) => x[3] > 200); }", arg=count, timeout=TIMEOUT_MS)
+    return page.evaluate(PLOT_PIXELS_JS)
+
+
 def test_the_page_loads_without_console_errors_and_the_timeline_draws(page, tmp_path):
     page.screenshot(path=str(tmp_path / "overview.png"), full_page=True)
     open_tab(page, "Timeline")
@@ -147,12 +178,21 @@ def test_incidents_are_listed_and_selecting_one_zooms_the_timeline(page, tmp_pat
     assert page.errors == []
 
 
+def test_every_fleet_plot_draws_the_shard_lanes_first(page, tmp_path):
+    open_tab(page, "Fleet")
+    plots = wait_for_every_plot(page, 3)
+    page.screenshot(path=str(tmp_path / "fleet.png"), full_page=True)
+    lanes, serving = plots[0], plots[1]
+    assert lanes[2] == 260 and lanes[3] > 2000  # five lanes of coloured bars, page-wide
+    assert serving[2] == 130
+    assert page.errors == []
+
+
 def test_markup_in_span_attributes_renders_as_text(page, tmp_path):
     open_tab(page, "Fleet")
     cell = page.locator(".tabulator-cell", has_text="<script>window.__pwned = 1</script>")
     cell.first.wait_for()
     assert "<b>bold</b>" in cell.first.inner_text()
-    wait_for_plot(page)
     page.screenshot(path=str(tmp_path / "fleet.png"), full_page=True)
     open_tab(page, "Rollouts")
     page.locator(".tabulator-cell", has_text="RolloutDataFailure <script>").first.wait_for()
