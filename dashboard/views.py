@@ -412,6 +412,7 @@ class Fleet(View):
         self._transitions = text_table(self._rows(), page_size=15)
         self._streaks = pn.pane.HoloViews(plots.failure_streaks(data.frames["shard_states"]),
                                           sizing_mode="stretch_width")
+        self._router_note = pn.pane.HTML(self._router_text(), stylesheets=[CSS])
         self._changed("tables", *self.FRAMES)
         self.param.watch(self._update, "revision")
 
@@ -422,6 +423,7 @@ class Fleet(View):
         if self._changed("tables", *self.FRAMES):
             self._transitions.value = self._rows()
             self._streaks.object = plots.failure_streaks(self.data.frames["shard_states"])
+            self._router_note.object = self._router_text()
 
     def _lanes(self, revision):
         d = self.data
@@ -441,14 +443,13 @@ class Fleet(View):
         return linked_plots(hv.DynamicMap(self._lanes, streams=streams),
                             hv.DynamicMap(self._serving, streams=streams))
 
-    @param.depends("revision")
-    def router_note(self):
-        missing = not self.data.frames["serving_samples"].router_serving.notna().any()
-        return pn.pane.HTML("<span class='rs-note'>router serving backends: no samples in this "
-                            "run</span>" if missing else "", stylesheets=[CSS])
+    def _router_text(self) -> str:
+        if self.data.frames["serving_samples"].router_serving.notna().any():
+            return ""
+        return "<span class='rs-note'>router serving backends: no samples in this run</span>"
 
     def __panel__(self):
-        return pn.Column(*self.lanes(), self.router_note, pn.Row(
+        return pn.Column(*self.lanes(), self._router_note, pn.Row(
             pn.Column("**Transitions** (trigger, streak counters, error)", self._transitions,
                       sizing_mode="stretch_width"),
             pn.Column(self._streaks, width=420)), sizing_mode="stretch_width")
