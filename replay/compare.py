@@ -16,10 +16,11 @@ step in a checkpoint id is not the rollout's business.
 from __future__ import annotations
 
 import html
+import json
 import re
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +187,10 @@ class RunComparison:
     rollouts: pd.DataFrame  # per prompt: outcome and tries in each run, changed
     snapshots: pd.DataFrame  # per snapshot index: start, duration, outcome in each run
     timeline: pd.DataFrame  # both runs' intervals and instants on one simulated-time axis
+    # run B's generation backend (``runs.metadata['generation']``) and, for a real engine, its
+    # latencies against the captured ones per call kind
+    backend: str = "recorded"
+    latency: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def incident_status(self, status: str) -> list[IncidentKey]:
         rows = self.incidents[self.incidents.status == status]
@@ -343,9 +348,59 @@ def timeline_frames(store_a: RunStore, run_a: str, store_b: RunStore, run_b: str
     return timeline(store_a, run_a, side="before"), timeline(store_b, run_b, side="after")
 
 
+# -- generation backends --------------------------------------------------------------------------
+def generation_summary(store: RunStore, run_id: str) -> dict[str, Any] | None:
+    """``runs.metadata['generation']`` of a run: which backend served its model calls."""
+    rows = store.query("SELECT metadata FROM runs WHERE run_id = ?", [run_id])
+    if not rows or not rows[0][0]:
+        return None
+    meta = json.loads(rows[0][0]) if isinstance(rows[0][0], str) else rows[0][0]
+    gen = meta.get("generation") if isinstance(meta, dict) else None
+    return gen if isinstance(gen, dict) else None
+
+
+def latency_table(generation: Mapping[str, Any] | None) -> pd.DataFrame:
+    """Per call kind: captured vs real (wall) vs replayed (virtual: real x speed) latency."""
+    cols = ["call kind", "calls", "errors", "captured p50 s", "captured p99 s", "real p50 s",
+            "real p99 s", "replayed p50 s", "replayed p99 s", "tokens asked", "tokens served"]
+    kinds = (generation or {}).get("kinds") or {}
+    rows = []
+    for name, k in kinds.items():
+        errors = ", ".join(f"{e} x{n}" for e, n in (k.get("errors") or {}).items()) or "-"
+        rnd = (lambda v: None if v is None else round(float(v), 3))
+        rows.append([name, k.get("calls", 0), errors, rnd(k.get("captured_p50_s")),
+                     rnd(k.get("captured_p99_s")), rnd(k.get("real_p50_s")),
+                     rnd(k.get("real_p99_s")), rnd(k.get("replayed_p50_s")),
+                     rnd(k.get("replayed_p99_s")), k.get("asked_completion_tokens", 0),
+                     k.get("completion_tokens", 0)])
+    return pd.DataFrame(rows, columns=cols)
+
+
+def generation_lines(generation: Mapping[str, Any]) -> list[str]:
+    """A replay's generation backend in a few lines (the replay command prints them)."""
+    engine = ", ".join(f"{k} {v}" for k, v in (generation.get("engine") or {}).items())
+    out = [f"generation backend: {generation.get('backend')}"
+           + (f" on {generation['device']}" if generation.get("device") else "")
+           + (f" ({engine})" if engine else "")]
+    if generation.get("backend") == "recorded":
+        return out
+    tps = generation.get("tokens_per_s")
+    out.append(f"{generation.get('submitted', 0)} call(s) at {generation.get('speed', 1):g}x "
+               f"wall-clock time in {generation.get('wall_s', 0):g} s, "
+               f"{generation.get('completion_tokens', 0)} token(s) generated"
+               + (f" ({tps:g} tokens/s)" if tps else ""))
+    for row in latency_table(generation).itertuples(index=False):
+        out.append(f"{row[0]}: {row[1]} call(s), captured p50 {_cell(row[3])} s, real p50 "
+                   f"{_cell(row[5])} s / p99 {_cell(row[6])} s"
+                   + (f", errors {row[2]}" if row[2] != "-" else ""))
+    return out
+
+
 def compare_runs(store_a: RunStore, run_a: str, store_b: RunStore, run_b: str) -> RunComparison:
     before, after = timeline_frames(store_a, run_a, store_b, run_b)
+    generation = generation_summary(store_b, run_b) or {}
     return RunComparison(
+        backend=str(generation.get("backend", "recorded")), latency=latency_table(generation),
         run_a=run_a, run_b=run_b,
         incidents=_incident_table(incident_frame(store_a, run_a), incident_frame(store_b, run_b)),
         outcomes=_delta_table(outcome_counts(store_a, run_a).as_dict(),
@@ -401,6 +456,9 @@ def render_markdown(cmp: RunComparison, *, title: str | None = None,
     out += ["## Incidents", ""] + _md_table(cmp.incidents)
     out += ["## Outcome counts", ""] + _md_table(cmp.outcomes)
     out += ["## Timings (s)", ""] + _md_table(cmp.timings)
+    if cmp.backend != "recorded":
+        out += [f"## Model-call latency: {_md_escape(cmp.backend)} backend vs captured", ""]
+        out += _md_table(cmp.latency)
     out += ["## Rollouts that changed", ""] + _md_table(cmp.rollouts[cmp.rollouts.changed])
     out += ["## Snapshots by index", ""] + _md_table(cmp.snapshots)
     out += ["## Timeline by simulated time", ""] + _md_table(cmp.timeline)
@@ -435,8 +493,10 @@ def render_html(cmp: RunComparison, *, title: str | None = None,
     if notes:
         parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in notes)
                      + "</ul>")
+    latency = ((f"Model-call latency: {cmp.backend} backend vs captured", cmp.latency),) \
+        if cmp.backend != "recorded" else ()
     for heading, df in (("Incidents", cmp.incidents), ("Outcome counts", cmp.outcomes),
-                        ("Timings (s)", cmp.timings),
+                        ("Timings (s)", cmp.timings), *latency,
                         ("Rollouts that changed", cmp.rollouts[cmp.rollouts.changed]),
                         ("Snapshots by index", cmp.snapshots),
                         ("Timeline by simulated time", cmp.timeline)):

@@ -28,7 +28,8 @@ from rolloutscope.collectors.exporter import (
     DEFAULT_MAX_QUEUE_SIZE,
 )
 from rolloutscope.collectors.vocabulary import Attr, ResourceAttr
-from rolloutscope.replay.engine import PacedDriver
+from rolloutscope.replay.backends.base import GenerationBackend
+from rolloutscope.replay.engine import Inbox, PacedDriver
 from rolloutscope.replay.runner import ReplayResult, replay
 from rolloutscope.replay.scenario import Scenario
 from rolloutscope.replay.telemetry import MetricPoint
@@ -97,9 +98,11 @@ class OtlpGaugeSink:
 
 def replay_live(scenario: Scenario, *, endpoint: str, speed: float, run_id: str,
                 variants: Iterable[Variant | str] = (), without: Iterable[Variant | str] = (),
-                token: str | None = None, stop: threading.Event | None = None) -> ReplayResult:
+                token: str | None = None, stop: threading.Event | None = None,
+                backend: GenerationBackend | None = None) -> ReplayResult:
     """Replay ``scenario`` at ``speed``x wall-clock time into the collector at ``endpoint``
-    (its OTLP/HTTP base URL). Raises ``ReplayStopped`` if ``stop`` is set first."""
+    (its OTLP/HTTP base URL). Raises ``ReplayStopped`` if ``stop`` is set first. ``backend``:
+    the model calls are served by a real engine, whose answers wake the driver."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     processor = BatchSpanProcessor(
         OTLPSpanExporter(endpoint=endpoint.rstrip("/") + "/v1/traces", headers=headers),
@@ -107,14 +110,22 @@ def replay_live(scenario: Scenario, *, endpoint: str, speed: float, run_id: str,
         max_export_batch_size=DEFAULT_MAX_EXPORT_BATCH_SIZE)
     stop = stop or threading.Event()
 
+    inbox = Inbox() if backend is not None else None
+
     def sleep(seconds: float) -> None:
-        if stop.wait(seconds):
+        if inbox is not None:
+            inbox.wait(seconds)  # an engine's answer wakes it; a stop is seen at the next wait
+            if stop.is_set():
+                raise ReplayStopped
+        elif stop.wait(seconds):
             raise ReplayStopped
 
     try:
         return replay(scenario, _ToProcessor(processor), run_id=run_id, variants=variants,
                       without=without, live=True, epoch_ns=time.time_ns(),
-                      driver=PacedDriver(factor=speed, monotonic=time.monotonic, sleep=sleep),
-                      metric_sink=OtlpGaugeSink(endpoint, run_id=run_id, headers=headers))
+                      driver=PacedDriver(factor=speed, monotonic=time.monotonic, sleep=sleep,
+                                         inbox=inbox),
+                      metric_sink=OtlpGaugeSink(endpoint, run_id=run_id, headers=headers),
+                      backend=backend)
     finally:
         processor.shutdown()  # exports what is queued

@@ -20,6 +20,29 @@ PARTICIPANT_HELP = ("replay a real implementation (repeatable): KIND=module:fact
                     "checkpoint_participant, deadline_registry, fleet_health or router")
 
 
+def _backend_factory(args: argparse.Namespace):
+    """The chosen generation backend as a factory (None: the captured timings), checked now so a
+    wrong option or a missing extra is a one-line usage error before anything runs."""
+    from rolloutscope.replay.backends import BackendError, make_backend
+
+    if args.speed is not None and args.speed <= 0:
+        raise UsageError("--speed must be positive")
+    if args.backend == "recorded" and args.speed is not None:
+        raise UsageError("--speed needs --backend openai or transformers (the recorded timings "
+                         "replay on the virtual clock)")
+    try:
+        make_backend(args.backend, urls=args.backend_url or (), device=args.device)
+        if args.backend == "transformers":
+            from rolloutscope.replay.backends.transformers_engine import require_engine
+
+            require_engine()
+    except BackendError as exc:
+        raise UsageError(str(exc)) from None
+    if args.backend == "recorded":
+        return None
+    return lambda: make_backend(args.backend, urls=args.backend_url or (), device=args.device)
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from rolloutscope.collectors.store import RunStore
     from rolloutscope.replay import compare
@@ -28,13 +51,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
     src, out = Path(args.run), Path(args.out)
     if src.resolve() == out.resolve():
         raise UsageError("--out must be another file than the captured run")
+    backend = _backend_factory(args)
     try:
         capture = capture_from_store(src, args.run_id, incident_id=args.incident,
                                      pad_s=args.pad)
         result = replay_run(capture, out=out, variants=args.variant or (),
                             participants=args.participant or (),
                             check_determinism=not args.no_determinism_check,
-                            fail_on_divergence=False)
+                            fail_on_divergence=False, backend=backend,
+                            speed=args.speed or 1.0)
     except ReplayError as exc:
         raise UsageError(str(exc)) from None
     if capture.extraction is not None:
@@ -115,6 +140,20 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="skip the second run that checks the replay is deterministic")
     rp.add_argument("--fail-on-divergence", action="store_true",
                     help="exit 1 when the replay does not reproduce its capture")
+    rp.add_argument("--backend", choices=("recorded", "openai", "transformers"),
+                    default="recorded",
+                    help="who serves the model calls: the captured timings on the virtual clock "
+                         "(default), an OpenAI-compatible server per shard, or an in-process "
+                         "engine with a small random model (rolloutscope[engine]); the last two "
+                         "replay in wall-clock time")
+    rp.add_argument("--backend-url", action="append", metavar="URL",
+                    help="an OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 "
+                         "(repeatable: one per generation shard, in shard order)")
+    rp.add_argument("--device", choices=("cuda", "cpu"),
+                    help="where the transformers backend runs (default: cuda when available)")
+    rp.add_argument("--speed", type=float, metavar="X",
+                    help="wall-clock replay at X times real time (default 1; a real engine's "
+                         "latency counts X times in the replay's clock)")
     rp.set_defaults(handler=cmd_replay)
 
     sw = sub.add_parser("sweep", help="replay a scenario or a captured run over a grid")

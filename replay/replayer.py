@@ -13,6 +13,8 @@ Divergence is judged where the capture is the expectation: with the reference mo
 variant, the replay must reproduce the capture's incidents and outcome counts. Determinism is
 judged always: each replay is run a second time with the same seed and the two runs' spans must
 hash alike, so a participant that reads the wall clock or an unseeded random source is caught.
+The exception is a replay on a real generation backend (``backend``, a factory of one): it runs
+in wall-clock time, its timings are the engine's, and the run records them instead.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import inspect
 import json
 import tempfile
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,11 +33,12 @@ from typing import Any
 from rolloutscope.collectors.store import RunStore
 from rolloutscope.collectors.vocabulary import RunSource
 from rolloutscope.replay import compare
+from rolloutscope.replay.backends.base import GenerationBackend
 from rolloutscope.replay.compare import IncidentKey, OutcomeCounts
 from rolloutscope.replay.errors import ReplayError
 from rolloutscope.replay.extract import SCENARIO_DOCUMENT_KEY, ExtractionReport, extract_scenario
 from rolloutscope.replay.plugins import Factory, ParticipantSpec, participant_factories
-from rolloutscope.replay.runner import replay, replay_into_store
+from rolloutscope.replay.runner import replay, replay_into_store, wall_clock_driver
 from rolloutscope.replay.scenario import Scenario
 from rolloutscope.replay.variants import ordered, parse_variants
 
@@ -162,6 +165,7 @@ class ReplayRunResult:
     divergence: tuple[str, ...] = ()
     error: str | None = None
     extraction: ExtractionReport | None = None
+    generation: Mapping[str, Any] | None = None  # a real backend's summary (runner)
 
     @property
     def diverged(self) -> bool:
@@ -187,6 +191,8 @@ class ReplayRunResult:
         for d in self.timing_deltas:
             if d.delta:
                 out.append(f"  {d.name}: {d.captured:g} s -> {d.replayed:g} s ({d.delta:+g} s)")
+        if self.generation is not None:
+            out.extend("  " + line for line in compare.generation_lines(self.generation))
         out.extend(f"  DIVERGED: {reason}" for reason in self.divergence)
         return out
 
@@ -208,8 +214,11 @@ class ReplayRunResults:
 def iter_replays(captures: Iterable[Capture], *, out: RunStore | str | Path,
                  variants: Iterable[str] = (),
                  participants: Sequence[ParticipantSpec | str] | Mapping[str, Factory] = (),
-                 check_determinism: bool = True) -> Iterator[ReplayRunResult]:
-    """Replay each capture into ``out`` as a new run, yielding each result as it is ready."""
+                 check_determinism: bool = True, backend: BackendFactory | None = None,
+                 speed: float = 1.0) -> Iterator[ReplayRunResult]:
+    """Replay each capture into ``out`` as a new run, yielding each result as it is ready.
+    ``backend``/``speed``: serve the model calls on a real engine at ``speed``x wall-clock
+    time."""
     chosen = ordered(parse_variants(variants))
     if isinstance(participants, Mapping):
         factories, labels = dict(participants), tuple(sorted(participants))
@@ -220,17 +229,20 @@ def iter_replays(captures: Iterable[Capture], *, out: RunStore | str | Path,
     with ExitStack() as stack:
         store = out if isinstance(out, RunStore) else stack.enter_context(RunStore(out))
         for capture in captures:
-            yield _replay_one(capture, store, chosen, factories, labels, check_determinism)
+            yield _replay_one(capture, store, chosen, factories, labels, check_determinism,
+                              _OnBackend(backend, speed) if backend is not None else None)
 
 
 def replay_runs(captures: Iterable[Capture], *, out: RunStore | str | Path,
                 variants: Iterable[str] = (),
                 participants: Sequence[ParticipantSpec | str] | Mapping[str, Factory] = (),
                 check_determinism: bool = True,
-                fail_on_divergence: bool = False) -> ReplayRunResults:
+                fail_on_divergence: bool = False, backend: BackendFactory | None = None,
+                speed: float = 1.0) -> ReplayRunResults:
     results = []
     for result in iter_replays(captures, out=out, variants=variants, participants=participants,
-                               check_determinism=check_determinism):
+                               check_determinism=check_determinism, backend=backend,
+                               speed=speed):
         if fail_on_divergence and result.diverged:
             raise ReplayDivergenceError(result)
         results.append(result)
@@ -240,10 +252,12 @@ def replay_runs(captures: Iterable[Capture], *, out: RunStore | str | Path,
 def replay_run(capture: Capture, *, out: RunStore | str | Path, variants: Iterable[str] = (),
                participants: Sequence[ParticipantSpec | str] | Mapping[str, Factory] = (),
                check_determinism: bool = True,
-               fail_on_divergence: bool = True) -> ReplayRunResult:
+               fail_on_divergence: bool = True, backend: BackendFactory | None = None,
+               speed: float = 1.0) -> ReplayRunResult:
     return replay_runs([capture], out=out, variants=variants, participants=participants,
                        check_determinism=check_determinism,
-                       fail_on_divergence=fail_on_divergence).results[0]
+                       fail_on_divergence=fail_on_divergence, backend=backend,
+                       speed=speed).results[0]
 
 
 # -- one replay ---------------------------------------------------------------------------------
@@ -258,10 +272,24 @@ def _new_run_id(store: RunStore, capture: Capture, variants: tuple[str, ...]) ->
     return run_id
 
 
+BackendFactory = Callable[[], GenerationBackend]
+
+
+@dataclass(frozen=True)
+class _OnBackend:
+    factory: BackendFactory
+    speed: float
+
+
 def _run(scenario: Scenario, store: RunStore, run_id: str, variants: tuple[str, ...],
-         factories: Mapping[str, Factory]) -> None:
-    """Replay into ``store``; each plugged kind goes to the engine's ``<kind>_factory``."""
+         factories: Mapping[str, Factory],
+         on_backend: _OnBackend | None = None) -> Mapping[str, Any] | None:
+    """Replay into ``store``; each plugged kind goes to the engine's ``<kind>_factory``.
+    Returns the generation summary of a replay on a real backend."""
     kwargs: dict[str, Any] = {"variants": variants, "run_id": run_id}
+    if on_backend is not None:
+        kwargs["backend"] = on_backend.factory()
+        kwargs["driver"] = wall_clock_driver(on_backend.speed)
     accepted = inspect.signature(replay).parameters
     for kind, factory in factories.items():
         name = f"{kind}_factory"
@@ -270,7 +298,7 @@ def _run(scenario: Scenario, store: RunStore, run_id: str, variants: tuple[str, 
             raise ReplayError(f"the replay engine cannot take a plugged {kind} (it accepts: "
                               f"{', '.join(offered) or 'none'})")
         kwargs[name] = factory
-    replay_into_store(scenario, store, **kwargs)
+    return replay_into_store(scenario, store, **kwargs).stats.get("generation")
 
 
 def run_digest(store: RunStore, run_id: str) -> str:
@@ -298,7 +326,7 @@ def _second_digest(scenario: Scenario, variants: tuple[str, ...],
 
 def _replay_one(capture: Capture, store: RunStore, variants: tuple[str, ...],
                 factories: Mapping[str, Factory], labels: tuple[str, ...],
-                check_determinism: bool) -> ReplayRunResult:
+                check_determinism: bool, on_backend: _OnBackend | None) -> ReplayRunResult:
     run_id = _new_run_id(store, capture, variants)
     base = {"capture": capture.label, "captured_run_id": capture.run_id, "run_id": run_id,
             "out": str(store.path), "variants": variants, "participants": labels,
@@ -308,7 +336,7 @@ def _replay_one(capture: Capture, store: RunStore, variants: tuple[str, ...],
     # replayer; without plug-ins only the replay package's own typed errors are data
     expected: tuple[type[BaseException], ...] = (Exception,) if factories else (ReplayError,)
     try:
-        _run(scenario, store, run_id, variants, factories)
+        generation = _run(scenario, store, run_id, variants, factories, on_backend)
     except expected as exc:
         return ReplayRunResult(**base, error=f"{type(exc).__name__}: {exc}")
     store.register_run(
@@ -316,6 +344,7 @@ def _replay_one(capture: Capture, store: RunStore, variants: tuple[str, ...],
         variants=variants, seed=scenario.seed, config=scenario.config_dict(),
         metadata={"horizon_s": scenario.horizon_s, "description": scenario.description,
                   "replayed_from": capture.label, "participants": list(labels),
+                  "generation": generation or {"backend": "recorded"},
                   SCENARIO_DOCUMENT_KEY: scenario.to_dict()})
     replayed = compare.incident_frame(store, run_id)
     reproduced, vanished, appeared = compare.match_incidents(Counter(capture.incidents),
@@ -336,7 +365,7 @@ def _replay_one(capture: Capture, store: RunStore, variants: tuple[str, ...],
         if diffs:
             divergence.append("outcome counts differ: " + ", ".join(
                 f"{name} {a} -> {b}" for name, (a, b) in diffs.items()))
-    if check_determinism:
+    if check_determinism and on_backend is None:  # a real engine's timings are its own
         again = _second_digest(scenario, variants, factories)
         if again != digest:
             divergence.append(f"nondeterministic: the same scenario and seed gave different "
@@ -347,4 +376,4 @@ def _replay_one(capture: Capture, store: RunStore, variants: tuple[str, ...],
         appeared=tuple(appeared), outcomes_replayed=outcomes,
         timing_deltas=tuple(TimingDelta(name=k, captured=capture.timings.get(k),
                                         replayed=v) for k, v in timings.items()),
-        digest=digest, divergence=tuple(divergence))
+        digest=digest, divergence=tuple(divergence), generation=generation)

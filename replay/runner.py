@@ -110,8 +110,8 @@ def _replay_on_backend(scenario: Scenario, exporter: SpanExporter, backend: Gene
     if not isinstance(driver, PacedDriver) or driver.inbox is None:
         raise BackendError("a replay on a generation backend needs a PacedDriver with an inbox "
                            "(runner.wall_clock_driver)")
-    info = backend.start()
     try:
+        info = backend.start()
         shards = max(scenario.config.fleet.shards, 1)
         if info.endpoints and len(info.endpoints) != shards:
             raise BackendError(f"scenario {scenario.name} has {shards} generation shard(s) but "

@@ -22,4 +22,15 @@ UV="uv"; command -v uv >/dev/null 2>&1 || UV="$PY -m uv"
 if [[ ! -x .venv/bin/python ]]; then
     $UV venv -q --python "$PY" .venv
 fi
+# The engine extra's torch: a CPU-only wheel where the machine keeps one (ROLLOUTSCOPE_TORCH_WHEELS,
+# default /opt/wheels; about 190 MB, no download), else PyPI's, whose Linux build pulls about
+# 3.2 GB of CUDA libraries.
+if [[ ",${EXTRAS}," == *",engine,"* ]]; then
+    tag=$(.venv/bin/python -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
+    cpu_torch=$(ls "${ROLLOUTSCOPE_TORCH_WHEELS:-/opt/wheels}"/torch-*+cpu-"${tag}"-*.whl \
+                2>/dev/null | sort -V | tail -n 1 || true)
+    if [[ -n "$cpu_torch" ]]; then
+        $UV pip install -q --python .venv/bin/python "$cpu_torch"
+    fi
+fi
 $UV pip install -q --compile-bytecode --python .venv/bin/python -e ".[${EXTRAS}]"

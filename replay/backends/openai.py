@@ -93,11 +93,12 @@ class OpenAIBackend:
             if self.model is None:
                 self.model = model
             self.forced_length[url] = await self._takes_forced_length(url)
-            versions[url] = model or ""
+            versions[f"model@{url}"] = model or ""
+            versions[f"forced_length@{url}"] = "yes" if self.forced_length[url] else \
+                "no (the server refuses ignore_eos/min_tokens)"
         return BackendInfo(backend=self.name, device="remote", model=self.model,
                            endpoints=self.urls,
-                           engine={"aiohttp": aiohttp.__version__,
-                                   **{f"model@{u}": m for u, m in versions.items()}})
+                           engine={"aiohttp": aiohttp.__version__, **versions})
 
     async def _model_of(self, url: str) -> str | None:
         assert self._session is not None

@@ -1,0 +1,92 @@
+"""Shared by the generation-backend tests: the engine extra, a saved tiny model, a real
+OpenAI-compatible server (``transformers serve``) on loopback, and small captured runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import selectors
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rolloutscope.collectors.store import RunStore
+from rolloutscope.replay.backends import EngineExtraMissing
+from rolloutscope.replay.runner import replay_into_store
+from rolloutscope.replay.scenarios import get
+
+
+def need_engine() -> None:
+    """Skip, saying why, where the engine extra is not installed."""
+    from rolloutscope.replay.backends.transformers_engine import require_engine
+
+    try:
+        require_engine()
+    except EngineExtraMissing as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    need_engine()
+    from rolloutscope.replay.backends.transformers_engine import save_model
+
+    return save_model(tmp_path_factory.mktemp("tiny-llama") / "model")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def openai_server(tiny_model_dir):
+    """``transformers serve`` with the tiny random model on loopback; yields its base URL."""
+    port = _free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    cli = Path(sys.executable).with_name("transformers")
+    proc = subprocess.Popen(
+        [str(cli), "serve", str(tiny_model_dir), "--device", "cpu", "--host", "127.0.0.1",
+         "--port", str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True)
+    assert proc.stdout is not None
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + 120
+    seen: list[str] = []
+    try:
+        while True:  # its own "running on" line says it listens
+            left = deadline - time.monotonic()
+            if left <= 0 or proc.poll() is not None:
+                pytest.fail("transformers serve did not start:\n" + "".join(seen[-20:]))
+            if sel.select(timeout=left):
+                line = proc.stdout.readline()
+                seen.append(line)
+                if "Uvicorn running on" in line:
+                    break
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        proc.stdout.close()
+
+
+@pytest.fixture(scope="session")
+def small_capture(tmp_path_factory):
+    """``small_capture(name, horizon_s)``: a built-in scenario, cut to ``horizon_s``, captured
+    on the virtual clock into its own store."""
+    root = tmp_path_factory.mktemp("backend-captures")
+
+    def capture(name: str, horizon_s: float) -> Path:
+        path = root / f"{name}-{horizon_s:g}.duckdb"
+        if not path.exists():
+            with RunStore(path) as store:
+                replay_into_store(dataclasses.replace(get(name), horizon_s=horizon_s), store)
+        return path
+
+    return capture
