@@ -53,10 +53,15 @@ def _plain_attributes(span: ReadableSpan) -> dict[str, Any]:
     """The span's attributes as a plain dict.
 
     The public ``attributes`` is a read-only proxy over the SDK's ``BoundedAttributes``, whose
-    Python-level iteration costs a few µs a span; its backing dict copies at C speed. Falls back
-    to the public API if the SDK's internals ever change shape.
+    Python-level iteration costs a few µs a span; its backing dict copies at C speed. A span
+    built with a plain dict (a replay's) hands that over as it is: an ended span's attributes
+    no longer change, and ``RowBatch`` only reads them. Falls back to the public API if the
+    SDK's internals ever change shape.
     """
-    backing = getattr(getattr(span, "_attributes", None), "_dict", None)
+    attributes = getattr(span, "_attributes", None)
+    if type(attributes) is dict:
+        return attributes
+    backing = getattr(attributes, "_dict", None)
     if isinstance(backing, dict):
         return dict(backing)
     return dict(span.attributes or {})

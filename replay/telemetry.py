@@ -6,20 +6,21 @@ resource of each simulated process is built without detectors (no hostname, pid 
 same scenario and seed give the same spans, ids included.
 
 Each simulated process (controller, each Gym server) has its own resource, as live telemetry
-would. Every ended span reaches the exporter as the SDK's own ``ReadableSpan`` (with SDK
-``SpanContext``, ``Event``, ``Status`` and ``Resource`` objects), through one synchronous
-collecting processor that hands full batches to any ``SpanExporter``: the in-process
-``StoreSpanExporter`` for a run store, an OTLP exporter for a live collector in the wall-clock
-mode.
+would. A span is a ``ReplaySpan``: the SDK's ``ReadableSpan`` (with SDK ``SpanContext``,
+``Event``, ``Status`` and ``Resource`` objects), filled in while it is open and, once it has
+ended, handed as it is to one synchronous collecting processor that passes full batches to any
+``SpanExporter``: the in-process ``StoreSpanExporter`` for a run store, an OTLP exporter for a
+live collector in the wall-clock mode.
 
-What the replay skips is the SDK's *tracer*, whose per-span work a replay does not need: context
-objects to name a parent (a replay holds the parent span itself), the sampler (a replay records
-everything), a lock per span, and attribute cleaning through ``BoundedAttributes`` for dicts that
-are already clean. The tracer's observable rules are kept, so the spans are the ones the tracer
-would make, field for field: ids are drawn in its order (a root's trace id, then the span id),
-the span limits from the environment apply (at most ``max_events`` events, the newest kept), an
-attribute set again moves to the end, an ended span ignores further changes, and any attribute
-value that is not a plain scalar goes through the SDK's own ``BoundedAttributes``.
+What the replay skips is the SDK's tracer and its ``Span``, whose per-span work a replay does
+not need: context objects to name a parent (a replay holds the parent span itself), the sampler
+(a replay records everything), a lock per span, a second copy of each span when it ends, and
+attribute cleaning through ``BoundedAttributes`` for dicts that are already clean. Their
+observable rules are kept, so the spans are the ones the tracer would make, field for field:
+ids are drawn in its order (a root's trace id, then the span id), the span limits from the
+environment apply (at most ``max_events`` events, the newest kept), an attribute set again
+moves to the end, an ended span ignores further changes, and any attribute value that is not a
+plain scalar goes through the SDK's own ``BoundedAttributes``.
 
 The watchdog's gauges (``rollout/*``, ``gen_fleet/*``, ``router/*``) are metrics, not spans: they
 go as ``MetricPoint`` batches to an optional ``MetricSink`` (the runner's writes them into the
@@ -94,39 +95,32 @@ class SeededIdGenerator(IdGenerator):
         return True
 
 
-class ReplaySpan:
-    """A span the replay has started: what the SDK's ``Span`` records, as plain fields.
+class ReplaySpan(ReadableSpan):
+    """A span of the replay: the SDK's ``ReadableSpan``, filled in while it is open (as the
+    SDK's own ``Span`` fills its fields) and handed to the exporter itself once it has ended.
 
-    The simulation holds it as an opaque handle (a parent for later spans, a status to set);
-    ``Telemetry`` fills it and, when it ends, hands it on as a ``ReadableSpan``.
+    The simulation holds it as a handle (a parent for later spans, a status to set). Its fields
+    are the ``ReadableSpan``'s own (``_attributes``, ``_events``, ``_end_time``), written only
+    by ``Telemetry``, and by nothing once the span has ended: the exporter reads it as it is.
     """
-
-    __slots__ = ("name", "context", "parent", "resource", "start_time", "end_time",
-                 "attributes", "events", "status")
 
     def __init__(self, name: str, context: SpanContext, parent: SpanContext | None,
                  resource: Resource, start_time: int,
                  attributes: dict[str, Any] | BoundedAttributes) -> None:
-        self.name = name
-        self.context = context
-        self.parent = parent
-        self.resource = resource
-        self.start_time = start_time
-        self.end_time: int | None = None
-        self.attributes = attributes
-        self.events: list[Event] | None = None
-        self.status = _UNSET
+        super().__init__(name=name, context=context, parent=parent, resource=resource,
+                         attributes=attributes, kind=SpanKind.INTERNAL, status=_UNSET,
+                         start_time=start_time, instrumentation_scope=SCOPE)
 
     def is_recording(self) -> bool:
-        return self.end_time is None
+        return self._end_time is None
 
     def set_status(self, status: Status) -> None:
         """As the SDK's ``Span.set_status``: OK is final and UNSET changes nothing."""
-        if self.end_time is not None:
-            log.warning("replay span %s: status set after it ended", self.name)
-        elif self.status.status_code is not StatusCode.OK and (
+        if self._end_time is not None:
+            log.warning("replay span %s: status set after it ended", self._name)
+        elif self._status.status_code is not StatusCode.OK and (
                 status.status_code is not StatusCode.UNSET):
-            self.status = status
+            self._status = status
 
 
 class _BatchingProcessor(SpanProcessor):
@@ -210,18 +204,17 @@ class Telemetry:
         return span
 
     def end(self, span: ReplaySpan, t: float, attrs: Mapping[str, Any] | None = None) -> None:
-        if span.end_time is not None:
+        if span._end_time is not None:
             log.warning("replay span %s: ended twice", span.name)
             return
         if attrs:
             self._set_attributes(span, attrs)
         self._open.pop(span, None)
-        span.end_time = self.ns(t)
-        self._export(span)
+        self._export(span, self.ns(t))
 
     def event(self, span: ReplaySpan, name: str, t: float,
               attrs: Mapping[str, Any] | None = None) -> None:
-        if span.end_time is not None:
+        if span._end_time is not None:
             log.warning("replay span %s: event %s after it ended", span.name, name)
             return
         if not attrs:
@@ -233,10 +226,10 @@ class Telemetry:
             cleaned = BoundedAttributes(self._max_event_attributes, attrs, immutable=True,
                                         max_value_len=self._event_value_len)
         event = Event(name, cleaned, self.ns(t))
-        if span.events is None:
-            span.events = [event]
+        if span._events:
+            span._events.append(event)
         else:
-            span.events.append(event)
+            span._events = [event]
 
     def instant(self, service: str, name: str, t: float, attrs: Mapping[str, Any],
                 parent: ReplaySpan | None = None,
@@ -260,7 +253,7 @@ class Telemetry:
         return ReplaySpan(name, context, parent, resource, start_ns, attrs)
 
     def _set_attributes(self, span: ReplaySpan, attrs: Mapping[str, Any]) -> None:
-        current = span.attributes
+        current = span._attributes
         if type(current) is dict and (
                 self._span_value_len is None and _is_plain(attrs)
                 and len(current) + len(attrs) <= self._max_attributes):
@@ -270,21 +263,17 @@ class Telemetry:
                 current[key] = value
             return
         if type(current) is dict:
-            current = span.attributes = BoundedAttributes(
+            current = span._attributes = BoundedAttributes(
                 self._max_attributes, current, immutable=False,
                 max_value_len=self._span_value_len)
         for key, value in attrs.items():
             current[key] = value
 
-    def _export(self, span: ReplaySpan) -> None:
-        events: Sequence[Event] = span.events or ()
-        if len(events) > self._max_events:
-            events = BoundedList.from_seq(self._max_events, events)  # keeps the newest
-        self._processor.on_end(ReadableSpan(
-            name=span.name, context=span.context, parent=span.parent, resource=span.resource,
-            attributes=span.attributes, events=events, kind=SpanKind.INTERNAL,
-            status=span.status, start_time=span.start_time, end_time=span.end_time,
-            instrumentation_scope=SCOPE))
+    def _export(self, span: ReplaySpan, end_ns: int) -> None:
+        span._end_time = end_ns
+        if len(span._events) > self._max_events:
+            span._events = BoundedList.from_seq(self._max_events, span._events)  # the newest
+        self._processor.on_end(span)
 
     def _mark_open(self, span: ReplaySpan) -> None:
         """The start marker of an open interval (see ``emit_open_marker``): a zero-length
@@ -292,8 +281,7 @@ class Telemetry:
         marker = self._begin(span.resource, span.name, span.start_time,
                              open_marker_attributes(span.attributes, span.context, span.parent),
                              span.context)
-        marker.end_time = span.start_time
-        self._export(marker)
+        self._export(marker, span.start_time)
 
     # -- gauges -----------------------------------------------------------------------------------
     def gauge(self, service: str, name: str, t: float, value: float, step: int) -> None:
