@@ -58,7 +58,11 @@ class _ToProcessor(SpanExporter):
 
 class OtlpGaugeSink:
     """Gauge samples to a collector's ``/v1/metrics`` (OTLP protobuf; explicit timestamps,
-    which the metrics API of the SDK cannot carry)."""
+    which the metrics API of the SDK cannot carry).
+
+    A background thread sends them, coalescing whatever queued meanwhile into one request: a
+    collector acknowledges only after its group commit, and the paced engine must not wait on
+    that for every sample."""
 
     def __init__(self, endpoint: str, *, run_id: str, headers: dict[str, str] | None = None,
                  timeout_s: float = 10.0) -> None:
@@ -67,8 +71,35 @@ class OtlpGaugeSink:
         self._headers = {"Content-Type": "application/x-protobuf", **(headers or {})}
         self._timeout_s = timeout_s
         self.failed = 0
+        self._pending: list[MetricPoint] = []
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="rolloutscope-gauges",
+                                        daemon=True)
+        self._thread.start()
 
     def __call__(self, points: Sequence[MetricPoint]) -> None:
+        with self._cond:
+            self._pending.extend(points)
+            self._cond.notify()
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Send what is queued, then stop."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._pending or self._closed)
+                points, self._pending = self._pending, []
+                if not points and self._closed:
+                    return
+            self._send(points)
+
+    def _send(self, points: Sequence[MetricPoint]) -> None:
         request = ExportMetricsServiceRequest()
         by_service: dict[str, object] = {}
         for p in points:
@@ -120,12 +151,13 @@ def replay_live(scenario: Scenario, *, endpoint: str, speed: float, run_id: str,
         elif stop.wait(seconds):
             raise ReplayStopped
 
+    gauges = OtlpGaugeSink(endpoint, run_id=run_id, headers=headers)
     try:
         return replay(scenario, _ToProcessor(processor), run_id=run_id, variants=variants,
                       without=without, live=True, epoch_ns=time.time_ns(),
                       driver=PacedDriver(factor=speed, monotonic=time.monotonic, sleep=sleep,
                                          inbox=inbox),
-                      metric_sink=OtlpGaugeSink(endpoint, run_id=run_id, headers=headers),
-                      backend=backend)
+                      metric_sink=gauges, backend=backend)
     finally:
         processor.shutdown()  # exports what is queued
+        gauges.close()
