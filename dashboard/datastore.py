@@ -34,6 +34,8 @@ import param
 from rolloutscope.collectors.store import RunStore
 from rolloutscope.collectors.store.errors import StoreError
 
+from rolloutscope.dashboard.timeline_plot import group_rollout_ids
+
 log = logging.getLogger(__name__)
 
 FULL_RELOAD_EVERY = 30
@@ -283,11 +285,13 @@ class DataStore(param.Parameterized):
             inc = inc[inc.incident_id.astype(str) == incident_id]
         spans = {str(e) for ev in inc.evidence for e in _listish(ev)}
         out: set[str] = set()
+        attempts = self.frames["rollout_attempts"]
         for name in ("rollout_attempts", "deadlines", "parked_intervals", "completions"):
             df = self.frames[name]
             if len(df) and "span_id" in df:
-                out.update(df.rollout_id[df.span_id.isin(spans)].dropna().astype(str))
-        attempts = self.frames["rollout_attempts"]
+                ids = group_rollout_ids(df, attempts) \
+                    if name in ("parked_intervals", "completions") else df.rollout_id
+                out.update(ids[df.span_id.isin(spans)].dropna().astype(str))
         subjects = set(inc.subject.dropna().astype(str))
         if len(attempts) and subjects:
             known = set(attempts.rollout_id.dropna().astype(str))

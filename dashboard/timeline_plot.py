@@ -45,6 +45,17 @@ class TimelineFrames:
     evidence: frozenset[str] = field(default_factory=frozenset)  # span ids to outline
 
 
+def group_rollout_ids(frame: pd.DataFrame, attempts: pd.DataFrame) -> pd.Series:
+    """The RL prompt group's rollout id for each row of a Gym-side frame (parked intervals,
+    completions). Gym names each row's execution (``p7-0``), RL the group (``p7``); rows and
+    their group share ``prompt_idx``, so a row draws on its group's lane."""
+    if not len(frame) or "prompt_idx" not in frame or not len(attempts):
+        return frame["rollout_id"] if "rollout_id" in frame else pd.Series(dtype="object")
+    groups = (attempts.dropna(subset=["prompt_idx"]).drop_duplicates("prompt_idx")
+              .set_index("prompt_idx").rollout_id)
+    return frame.prompt_idx.map(groups).fillna(frame.rollout_id)
+
+
 @dataclass(frozen=True)
 class Lanes:
     labels: tuple[str, ...]

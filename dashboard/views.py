@@ -105,6 +105,9 @@ class View(pn.viewable.Viewer):
                                           "parked_intervals", "deadlines", "completions",
                                           "incidents")}
         ids = set(map(str, rollout_ids))
+        for name in ("parked_intervals", "completions"):
+            sub[name] = sub[name].assign(
+                rollout_id=tl.group_rollout_ids(sub[name], sub["rollout_attempts"]))
         for name in ("rollout_attempts", "parked_intervals", "deadlines", "completions"):
             df = sub[name]
             sub[name] = df[df.rollout_id.astype(str).isin(ids)] if len(df) else df

@@ -212,3 +212,13 @@ class TestStory:
         assert "<script>" not in out and "&lt;script&gt;" in out
         assert "&lt;b&gt;fired&lt;/b&gt;" in out
         assert np.char.count(out, "<ol>") == 0  # no evidence found: no empty list
+
+
+def test_a_gym_row_draws_on_its_prompt_groups_lane():
+    import pandas as pd
+
+    from rolloutscope.dashboard.timeline_plot import group_rollout_ids
+
+    attempts = pd.DataFrame({"rollout_id": ["p7", "p7", "p8"], "prompt_idx": [7, 7, 8]})
+    parked = pd.DataFrame({"rollout_id": ["p7-0", "p8-1", "x-0"], "prompt_idx": [7, 8, 99]})
+    assert list(group_rollout_ids(parked, attempts)) == ["p7", "p8", "x-0"]
