@@ -47,13 +47,15 @@ class RunOwner(Protocol):
 
 
 class Run:
-    __slots__ = ("key", "owner", "prompt_idx", "row_idx", "rl_attempt", "row", "turn",
-                 "activity", "call_id", "span", "rollout_span", "parked_span", "timer",
+    __slots__ = ("key", "episode", "owner", "prompt_idx", "row_idx", "rl_attempt", "row",
+                 "turn", "activity", "call_id", "span", "rollout_span", "parked_span", "timer",
                  "abandoned", "lost_reply", "fault_timer", "fleet_call", "gen_call")
 
     def __init__(self, key: ExecutionKey, owner: RunOwner, prompt_idx: int, row_idx: int,
                  rl_attempt: int, row: Row) -> None:
         self.key = key
+        # the key's episode, built once: every policy call names it
+        self.episode = key.episode
         self.owner = owner
         self.prompt_idx = prompt_idx
         self.row_idx = row_idx
@@ -204,9 +206,8 @@ class GymSide:
     def _call(self, run: Run) -> None:
         turn = run.row.turns[run.turn]
         run.activity = Activity.MODEL
-        call_id = run.call_id = f"{run.key.episode.capture_key}.g{run.key.generation}.t{run.turn}"
-        decision, code = self.w.model.request(call_id, run.key.episode,
-                                              constrained=turn.constrained)
+        call_id = run.call_id = f"{run.episode.capture_key}.g{run.key.generation}.t{run.turn}"
+        decision, code = self.w.model.request(call_id, run.episode, constrained=turn.constrained)
         self._by_call[call_id] = run
         if decision is Admission.REFUSED:
             run.call_id = None
