@@ -56,7 +56,7 @@ def generate(path: str | Path, *, spans: int = 10_000_000, snapshot_every_s: int
 _PROMPTS = f"""
 CREATE OR REPLACE TEMP TABLE synthetic_prompts AS
 SELECT i AS idx,
-       {T0}::BIGINT + (i * $2::BIGINT * {S}::BIGINT) // $1::BIGINT AS start_ns,
+       {T0}::BIGINT + CAST(i * $2::DOUBLE / $1 * 1e9 AS BIGINT) AS start_ns,
        CAST((120 + hash(i) % 150) * {S}::BIGINT AS BIGINT) AS dur_ns,
        hash(i * 7) % 500 = 0 AS unlucky,
        lpad(to_hex(hash(i)), 16, '0') AS trace_hi

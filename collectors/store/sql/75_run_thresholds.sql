@@ -9,9 +9,13 @@ WITH runs_seen AS (
            coalesce(r.first_seen_ns, s.first_ns) AS start_ns,
            coalesce(r.last_seen_ns, s.last_ns) AS end_ns
     FROM runs r
+    -- the writer keeps first/last seen on runs; scan the spans only for a run without them
     LEFT JOIN (SELECT run_id, min(start_ns) AS first_ns,
                       max(coalesce(end_ns, start_ns)) AS last_ns
-               FROM all_spans GROUP BY run_id) s USING (run_id)
+               FROM all_spans
+               WHERE run_id IN (SELECT run_id FROM runs
+                                WHERE first_seen_ns IS NULL OR last_seen_ns IS NULL)
+               GROUP BY run_id) s USING (run_id)
 )
 SELECT
     run_id,

@@ -30,16 +30,17 @@ SELECT
     (d.fired_ns - p.start_ns) / 1e9 AS parked_s,
     d.budget_s - (coalesce(w.start_ns, p.start_ns) - d.start_ns) / 1e9 + d.suspended_s
         AS budget_left_s
-FROM deadlines d
+FROM (SELECT * FROM deadlines WHERE outcome = 'fired' AND kind = 'rollout') d
+-- one key per side, so the join hashes: the prompt group where a record names one (RL and
+-- Gym records of a group share it), else the rollout id (an expression mixing both sides
+-- would leave a filter over the cross product: minutes at 10M spans)
 JOIN parked_intervals p
     ON p.run_id = d.run_id
    AND p.attempt IS NOT DISTINCT FROM d.attempt
-   AND (p.prompt_idx = d.prompt_idx
-        OR (d.prompt_idx IS NULL AND p.rollout_id = d.rollout_id))
+   AND coalesce('p' || p.prompt_idx, 'r' || p.rollout_id)
+       = coalesce('p' || d.prompt_idx, 'r' || d.rollout_id)
    AND p.start_ns <= d.fired_ns
    AND (p.end_ns IS NULL OR p.end_ns > d.fired_ns)
 JOIN run_thresholds t ON t.run_id = d.run_id
 LEFT JOIN checkpoint_windows w
     ON w.run_id = p.run_id AND w.checkpoint_id = p.checkpoint_id
-WHERE d.outcome = 'fired'
-  AND d.kind = 'rollout'
