@@ -43,7 +43,13 @@ class Priority(IntEnum):
 
 
 class Timer:
-    """A scheduled callback; ``cancel`` makes it a no-op without touching the heap."""
+    """A scheduled callback; ``cancel`` makes it a no-op without touching the heap.
+
+    A cancelled or fired timer lets go of its arguments: a cancelled one may sit in the heap
+    until the horizon (a deadline armed past it), and a fired one is still held by its owner
+    (``run.timer``); either would otherwise keep a finished rollout, its spans and their
+    events alive to the end of the replay.
+    """
 
     __slots__ = ("fn", "args")
 
@@ -53,6 +59,7 @@ class Timer:
 
     def cancel(self) -> None:
         self.fn = None
+        self.args = ()
 
 
 class Scheduler:
@@ -100,9 +107,9 @@ class Scheduler:
             fn = timer.fn
             if fn is None:
                 continue
-            timer.fn = None
+            args, timer.fn, timer.args = timer.args, None, ()
             self.clock.t = t
-            fn(*timer.args)
+            fn(*args)
             self.events_run += 1
             return True
         return False
@@ -119,9 +126,9 @@ class Scheduler:
             fn = timer.fn
             if fn is None:
                 continue
-            timer.fn = None
+            args, timer.fn, timer.args = timer.args, None, ()
             clock.t = t
-            fn(*timer.args)
+            fn(*args)
             self.events_run += 1
 
     def stop(self) -> None:
@@ -138,10 +145,11 @@ class VirtualDriver:
 
     A large replay keeps a few hundred thousand objects alive (the scenario's turns, open runs,
     their spans and events, timers) while it allocates and frees millions more, nearly all of
-    them freed by reference counting. CPython's cyclic collector would still walk the whole
-    live set again and again: about 40% of ``scale-16k``'s time. So while the driver runs, the
-    young generation is collected only every ``YOUNG_COLLECTION_EVERY`` net allocations (cycles
-    are still found) and the older ones rarely; the previous thresholds come back when it returns.
+    them freed by reference counting. At its default thresholds CPython's cyclic collector
+    would still walk that live set again and again: about a third of ``scale-16k``'s time. So
+    while the driver runs, the young generation is collected only every
+    ``YOUNG_COLLECTION_EVERY`` net allocations (cycles are still found) and the older ones
+    rarely; the previous thresholds come back when it returns.
     """
 
     YOUNG_COLLECTION_EVERY = 100_000

@@ -301,6 +301,10 @@ class ControllerSide:
         w = self.w
         t.ended = True
         self.active.discard(t)
+        # every run of a committed try has finished and nothing reads them again; each points
+        # back at the try (its owner), so holding them here would leave the whole rollout (its
+        # spans and their events) to the cyclic collector instead of freeing it now
+        t.runs = []
         w.tel.end(t.rows_span, w.now, {Attr.ROWS_RECEIVED: t.rows.n, Attr.ROWS_MISSING: 0})
         self._end_deadline(t)
         w.tel.end(t.span, w.now, {Attr.ROLLOUT_OUTCOME: AttemptOutcome.COMMITTED.value})
