@@ -81,6 +81,9 @@ _SHARED_PREFIX = "/ng-"  # the one test every request pays
 _TRACE_HEADERS = (b"traceparent", b"tracestate")
 
 
+
+ACK_EVENTS_PER_SPAN = 128  # the OTel SDK default OTEL_SPAN_EVENT_COUNT_LIMIT
+
 class _Body:
     """A bounded copy of one body; gives up (and frees the copy) past the cap."""
 
@@ -318,11 +321,21 @@ class GymCheckpointMiddleware:
                 span.set_status(StatusCode.ERROR, str(raised)[:512])
             elif not ok:
                 span.set_status(StatusCode.ERROR, f"HTTP {status}")
-            if ok and route.op == ACKNOWLEDGE_OP:
-                for receipt in acknowledged_receipts(request):
-                    span.add_event(EventName.AGENT_ACKNOWLEDGED, receipt, timestamp=end)
+            receipts = acknowledged_receipts(request) if ok and route.op == ACKNOWLEDGE_OP \
+                else []
+            for receipt in receipts[:ACK_EVENTS_PER_SPAN]:
+                span.add_event(EventName.AGENT_ACKNOWLEDGED, receipt, timestamp=end)
             span.set_attributes(attrs)
             span.end(end_time=end)
+            # the SDK keeps 128 events a span and drops the rest silently; a batch of up to
+            # 4096 receipts continues on zero-length child spans of the same name
+            ctx = trace.set_span_in_context(span)
+            for at in range(ACK_EVENTS_PER_SPAN, len(receipts), ACK_EVENTS_PER_SPAN):
+                more = self._tracer.start_span(route.span_name, context=ctx, attributes=attrs,
+                                               start_time=end)
+                for receipt in receipts[at:at + ACK_EVENTS_PER_SPAN]:
+                    more.add_event(EventName.AGENT_ACKNOWLEDGED, receipt, timestamp=end)
+                more.end(end_time=end)
         except Exception as exc:  # noqa: BLE001
             self.failures.record(exc)
 

@@ -48,6 +48,9 @@ if TYPE_CHECKING:
     from rolloutscope.replay.sim.world import World
 
 
+
+ACK_RECEIPTS_PER_SPAN = 128  # the OTel SDK default OTEL_SPAN_EVENT_COUNT_LIMIT
+
 class PromptGroup:
     __slots__ = ("prompt", "rollout_id", "span", "budget", "tries", "current", "episode_attempt")
 
@@ -372,13 +375,17 @@ class ControllerSide:
         pending, self._pending_acks = self._pending_acks, []
         w = self.w
         released = w.agent.acknowledge([r for r, _, _ in pending])
-        w.tel.instant(services.CONTROLLER, SpanName.RL_GYM_ACK, w.now, {
-            Attr.ACK_RECEIPTS: len(pending), Attr.ACK_OUTCOME: "ok"}, parent, events=[
-            (EventName.AGENT_ACKNOWLEDGED, {Attr.ROLLOUT_ID: r.rollout_id,
-                                            Attr.RL_ATTEMPT: rl_attempt,
-                                            Attr.PROMPT_IDX: prompt_idx,
-                                            Attr.RESULT_ID: r.result_id})
-            for r, prompt_idx, rl_attempt in pending])
+        # one span per ACK_RECEIPTS_PER_SPAN receipts: the SDK keeps at most 128 events on a
+        # span and silently drops the rest, which would read as unacknowledged completions
+        for at in range(0, len(pending), ACK_RECEIPTS_PER_SPAN):
+            chunk = pending[at:at + ACK_RECEIPTS_PER_SPAN]
+            w.tel.instant(services.CONTROLLER, SpanName.RL_GYM_ACK, w.now, {
+                Attr.ACK_RECEIPTS: len(chunk), Attr.ACK_OUTCOME: "ok"}, parent, events=[
+                (EventName.AGENT_ACKNOWLEDGED, {Attr.ROLLOUT_ID: r.rollout_id,
+                                                Attr.RL_ATTEMPT: rl_attempt,
+                                                Attr.PROMPT_IDX: prompt_idx,
+                                                Attr.RESULT_ID: r.result_id})
+                for r, prompt_idx, rl_attempt in chunk])
         w.on_gym_change()
         return released
 

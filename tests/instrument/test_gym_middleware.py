@@ -143,6 +143,16 @@ class TestControlRoutes:
         acks = run.events(EventName.AGENT_ACKNOWLEDGED)
         assert list(zip(acks.rollout_id, acks.attempt)) == [("roll-5", 0), ("roll-5-a1", 1)]
 
+    def test_a_batch_past_the_sdks_event_limit_keeps_every_receipt(self, run, gym):
+        _, _, client = gym
+        receipts = [{"rollout_id": f"roll-{i}", "attempt_index": 0, "execution_generation": 1,
+                     "result_id": f"res-{i}", "result_digest": "ab" * 32} for i in range(300)]
+        client.post(AGENT + "/acknowledge-completed",
+                    json={"schema_version": 1, "executions": receipts})
+        acks = run.events(EventName.AGENT_ACKNOWLEDGED)
+        assert sorted(acks.rollout_id) == sorted(f"roll-{i}" for i in range(300))
+        assert acks.span_id.nunique() == 3  # 128 + 128 + 44
+
     def test_a_control_call_joins_the_coordinators_trace(self, run, gym):
         _, _, client = gym
         trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
