@@ -472,6 +472,11 @@ class Rollouts(View):
         self.param.watch(self._update, "revision")
         data.param.watch(self._update, ["outcomes", "failure_class"])
 
+    @property
+    def overlap(self) -> pn.Column:
+        """The deadline-versus-snapshot overlap plot on its own (e.g. for a notebook cell)."""
+        return self._overlap
+
     def _rows(self) -> pd.DataFrame:
         a = self.data.attempts_table().sort_values("start_ns")
         t0 = self._t0()
