@@ -75,8 +75,13 @@ async def _serve(config: CollectorConfig, *, dashboard_port: int | None) -> None
             # process while the collector writes. It always binds loopback (it has no token).
             from rolloutscope.dashboard.app import start_dashboard
 
-            dashboard = await asyncio.to_thread(start_dashboard, service.store,
-                                                port=dashboard_port, live=True)
+            try:
+                dashboard = await asyncio.to_thread(start_dashboard, service.store,
+                                                    port=dashboard_port, live=True)
+            except OSError as exc:  # collecting matters more than the view of it
+                print(f"rolloutscope serve: live dashboard not started: {exc}", file=sys.stderr,
+                      flush=True)
+                return
             print(f"{DASHBOARD_READY_PREFIX}{dashboard.url}", flush=True)
 
     try:

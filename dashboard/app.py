@@ -145,6 +145,21 @@ class DashboardServer:
         self._thread.join(timeout=10)
 
 
+class DashboardPortInUse(OSError):
+    """The dashboard's port is taken by another process."""
+
+
+def _require_free(address: str, port: int) -> None:
+    """Fail before serving, rather than report the URL of whatever else listens there."""
+    with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as s:
+        try:
+            s.bind((address, port))
+        except OSError as exc:
+            raise DashboardPortInUse(
+                f"port {port} on {address} is in use ({exc.strerror}); pass --port 0 to pick a "
+                f"free one, or another port") from None
+
+
 def _wait_listening(address: str, port: int, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -165,6 +180,8 @@ def start_dashboard(store: RunStore, *, port: int = 0, address: str = DEFAULT_AD
 
     For the collector process (live) and for tests; ``port=0`` picks a free port.
     """
+    if port:
+        _require_free(address, port)
     port = port or free_port(address)
     thread = pn.serve(_factory(store, live=live, run_id=run_id, refresh_ms=refresh_ms),
                       port=port, address=address, show=show, threaded=True,
@@ -181,6 +198,8 @@ def serve_dashboard(store: RunStore, *, port: int = DEFAULT_PORT,
                     run_id: str | None = None,
                     on_ready: Callable[[str], None] | None = None) -> None:
     """Serve the dashboard in this thread until interrupted (the CLI's foreground mode)."""
+    if port:
+        _require_free(address, port)
     port = port or free_port(address)
     server = pn.serve(_factory(store, live=live, run_id=run_id, refresh_ms=REFRESH_MS),
                       port=port, address=address, show=False, start=False,

@@ -91,7 +91,10 @@ def run_demo(*, db: Path, scenario_name: str, speed: float, port: int, open_brow
                            config=scenario.config_dict(),
                            metadata={"description": scenario.description, "speed": speed,
                                      "live": True, "horizon_s": scenario.horizon_s})
-        dashboard = start_dashboard(store, port=port, live=True, run_id=run_id)
+        try:
+            dashboard = start_dashboard(store, port=port, live=True, run_id=run_id)
+        except OSError as exc:
+            raise UsageError(f"cannot serve the dashboard: {exc}") from None
         minutes = scenario.horizon_s / speed / 60
         print(f"rolloutscope demo: dashboard at {dashboard.url}", flush=True)
         print(f"  run {run_id}: scenario {scenario.name!r} at {speed:g}x, {minutes:.1f} min of "
