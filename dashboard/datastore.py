@@ -13,8 +13,10 @@ thresholds) are re-read whole at most every ``INCIDENTS_EVERY`` ticks, and only 
 grew since their last read (a model view changed, or the run's ``last_seen_ns`` moved): the
 incident views run every detector on each read (a few hundred ms on a large run), which a 1.5 s
 tick cannot afford each time, an incident a few seconds late is still news, and a run that
-stopped growing cannot have new incidents. ``frame_versions`` counts changes per frame, so a
-view redraws only the elements whose frames changed.
+stopped growing cannot have new incidents. Those re-reads run on a background thread and land
+on the tick after they finish, so a tick never waits on the detectors; only a full reload reads
+them inline. ``frame_versions`` counts changes per frame, so a view redraws only the elements
+whose frames changed.
 
 A view that a store file predates (``incidents`` and ``run_thresholds`` arrived after the first
 files were written, ``serving_samples`` is proposed) reads as an empty frame with its columns;
@@ -26,6 +28,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pandas as pd
@@ -40,6 +43,8 @@ log = logging.getLogger(__name__)
 
 FULL_RELOAD_EVERY = 30
 INCIDENTS_EVERY = 4
+# one thread for every session's background reads of the whole views: they queue, not pile up
+_WHOLE_READS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rolloutscope-incidents")
 LATE_MARGIN_NS = 30 * 10**9  # rows ending this long before the latest time seen are re-read
 
 
@@ -122,6 +127,7 @@ class DataStore(param.Parameterized):
         self._watermark: int | None = None
         self._grown = False  # the run grew since incidents were last read
         self._run_mark: object = None
+        self._whole: Future | None = None  # a background read of the whole views
         self.frame_versions: dict[str, int] = dict.fromkeys(VIEWS, 0)
         self.config: dict = {}
         self.last_refresh_by_view = {}
@@ -165,14 +171,18 @@ class DataStore(param.Parameterized):
         full = full or self._watermark is None or self._ticks % FULL_RELOAD_EVERY == 0
         since = None if full else self._watermark - LATE_MARGIN_NS
         self.problems = []
-        changed = False
         self.last_refresh_by_view = {}
         whole_due = full or (self._ticks % INCIDENTS_EVERY == 0
                              and (self._grown or self._run_moved()))
         if whole_due:
             self._grown = False
+        if full:
+            self._whole = None  # a full read is fresher than anything still in flight
+        changed = self._take_whole()
+        if whole_due and not full:
+            self._read_whole_in_background()
         for name, spec in VIEWS.items():
-            if not (spec.times or whole_due):
+            if not (spec.times or full):
                 continue
             started = time.perf_counter()
             new = self._read(spec, None if not spec.times else since)
@@ -209,6 +219,43 @@ class DataStore(param.Parameterized):
         self.last_refresh_ms = (time.perf_counter() - t) * 1e3
         if changed or full:
             self.version += 1
+        return changed
+
+    def _read_whole_in_background(self) -> None:
+        if self._whole is not None and not self._whole.done():
+            return  # the previous read is still running: its result is as fresh
+        run_id = self.run_id
+        specs = [spec for spec in VIEWS.values() if not spec.times]
+
+        def read() -> tuple[str | None, dict[str, tuple[pd.DataFrame | None, float]]]:
+            out = {}
+            for spec in specs:
+                started = time.perf_counter()
+                out[spec.name] = (self._read(spec, None), (time.perf_counter() - started) * 1e3)
+            return run_id, out
+
+        self._whole = _WHOLE_READS.submit(read)
+
+    def _take_whole(self) -> bool:
+        """Apply a finished background read of the whole views; True if a frame changed."""
+        future = self._whole
+        if future is None or not future.done():
+            return False
+        self._whole = None
+        try:
+            run_id, frames = future.result()
+        except Exception as exc:  # noqa: BLE001 - shown as a problem, the tick goes on
+            self.problems.append(f"incident views unreadable: {exc}")
+            return False
+        if run_id != self.run_id:
+            return False  # read for a run no longer shown
+        changed = False
+        for name, (new, ms) in frames.items():
+            self.last_refresh_by_view[name] = ms
+            if new is not None and not _same(self.frames[name], new):
+                self.frames[name] = new.reset_index(drop=True)
+                self.frame_versions[name] += 1
+                changed = True
         return changed
 
     def _run_moved(self) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import holoviews as hv
 import panel as pn
 import pytest
@@ -88,6 +90,11 @@ class TestDataStore:
             inst.shutdown()
 
     def test_incidents_are_not_re_read_while_the_run_does_not_grow(self, data):
+        for _ in range(2 * INCIDENTS_EVERY):  # reads earlier ticks were due land first
+            data.refresh()
+            if data._whole is not None:
+                data._whole.result(timeout=30)
+        data.refresh()
         reads = []
         data.param.watch(lambda e: reads.append(e.new), "version")
         for _ in range(2 * INCIDENTS_EVERY):
@@ -120,6 +127,28 @@ class TestDataStore:
             assert att[["rollout_id", "outcome"]].values.tolist() == [
                 ["a", "committed"], ["b", "committed"], ["c", "committed"]]
             assert data.version > version
+        finally:
+            inst.shutdown()
+
+    def test_incidents_of_a_growing_run_are_read_off_the_tick_and_land_on_a_later_one(
+            self, tmp_path):
+        inst = instrument(tmp_path / "grow.duckdb", service_name="tests", run_id="grow")
+        try:
+            kit = SpanKit(inst)
+            kit.span(SpanName.RL_TRAIN_STEP, 0, 1, {})
+            kit.flush()
+            data = DataStore(inst.store, live=True)
+            assert data.frames["incidents"].empty
+            inst.store.register_run("grow", config={"watchdog": {"stall_timeout_s": 600.0}})
+            kit.span(SpanName.RL_TRAIN_STEP, 2000, 2001, {})  # 1999 s without progress
+            kit.flush()
+            deadline = time.monotonic() + 30
+            while data.frames["incidents"].empty:  # each tick returns without waiting
+                assert time.monotonic() < deadline, "the stall never reached the frames"
+                data.refresh()
+                if data._whole is not None:
+                    data._whole.result(timeout=30)  # let the background read finish
+            assert list(data.frames["incidents"].kind) == ["stall"]
         finally:
             inst.shutdown()
 
