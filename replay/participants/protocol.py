@@ -207,12 +207,9 @@ class Participant:
 
     def commit(self, checkpoint_id: str, deadline_ts: float) -> Reply:
         op = CheckpointOp.COMMIT
-        cached = self._cached(checkpoint_id, op)
-        if cached is not None:
-            return cached
-        refused = self._stale(op, checkpoint_id)
-        if refused is not None:
-            return refused
+        answered = self._cached(checkpoint_id, op) or self._stale(op, checkpoint_id)
+        if answered is not None:
+            return answered
         if self.phase is not CheckpointPhase.PREPARED:
             return self._reply(op, checkpoint_id, ErrorCode.INVALID_PHASE,
                                f"cannot commit in phase {self.phase}")
@@ -233,12 +230,9 @@ class Participant:
     def restore(self, checkpoint_id: str, deadline_ts: float,
                 episodes: Iterable[EpisodeId]) -> Reply:
         op = CheckpointOp.RESTORE
-        cached = self._cached(checkpoint_id, op)
-        if cached is not None:
-            return cached
-        refused = self._stale(op, checkpoint_id)
-        if refused is not None:
-            return refused
+        answered = self._cached(checkpoint_id, op) or self._stale(op, checkpoint_id)
+        if answered is not None:
+            return answered
         if self.phase is not CheckpointPhase.IDLE:
             return self._reply(op, checkpoint_id, ErrorCode.INVALID_PHASE,
                                f"cannot restore in phase {self.phase}")
