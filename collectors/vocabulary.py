@@ -559,3 +559,25 @@ class RunSource(StrEnum):
 class StallAction(StrEnum):
     WARN = "warn"
     ABORT = "abort"
+
+
+class IncidentKind(StrEnum):
+    """The incident patterns (DOMAIN.md §5); each is a SQL view of this name in the store,
+    unioned into ``incidents``."""
+
+    DEADLINE_FIRED_WHILE_PARKED = "deadline_fired_while_parked"  # P1
+    STRANDED_COMPLETION = "stranded_completion"  # P1/P2
+    STALL = "stall"  # P3
+    QUARANTINE = "quarantine"  # P4
+    ROUTER_FLEET_DIVERGENCE = "router_fleet_divergence"  # P4
+    WEDGED_BACKEND = "wedged_backend"  # P5
+    RETRY_STORM = "retry_storm"  # P6
+    PREPARE_BLOCKED = "prepare_blocked"  # P7
+    EXPORT_FAILED = "export_failed"  # P8
+    LEASE_EXPIRED = "lease_expired"  # P9
+    LATE_RETIRED_ATTEMPT = "late_retired_attempt"  # P10
+    REDISPATCH_EXHAUSTED = "redispatch_exhausted"  # P11
+    DATA_FAILURE_CONFIG = "data_failure_config"  # P12
+    STALE_WEIGHTS_SERVING = "stale_weights_serving"  # P13
+    ENV_UNHEALTHY = "env_unhealthy"  # P14
+    CUT_DEGRADED = "cut_degraded"  # P15

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from rolloutscope import __version__
+from rolloutscope.collectors.vocabulary import IncidentKind
 
 # Modules that add subcommands, in help order.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -73,12 +74,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-INCIDENT_KINDS = (
-    "deadline_fired_while_parked", "stranded_completion", "stall", "quarantine",
-    "router_fleet_divergence", "wedged_backend", "retry_storm", "prepare_blocked",
-    "export_failed", "lease_expired", "late_retired_attempt", "redispatch_exhausted",
-    "data_failure_config", "stale_weights_serving", "cut_degraded", "env_unhealthy",
-)
+INCIDENT_KINDS: tuple[str, ...] = tuple(k.value for k in IncidentKind)  # from the vocabulary
 
 
 def cmd_incidents(args: argparse.Namespace) -> int:
