@@ -30,10 +30,10 @@ from pathlib import Path
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from rolloutscope.collectors.cli import READY_PREFIX
+from rolloutscope.cli.serve import READY_PREFIX
 from rolloutscope.collectors.client import CollectorClient
 from rolloutscope.collectors.otlp.encode import fill_attributes
-from rolloutscope.collectors.vocabulary import Attr, ResourceAttr
+from rolloutscope.vocabulary import Attr, ResourceAttr
 
 SPANS_PER_BATCH = 1_000
 T0 = 1_700_000_000_000_000_000

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import panel as pn
 
-from rolloutscope.collectors.store import RunStore
+from rolloutscope.store import RunStore
 from rolloutscope.dashboard.app import Dashboard
 from rolloutscope.dashboard.datastore import (
     FULL_RELOAD_EVERY,

@@ -29,8 +29,8 @@ from rolloutscope.collectors.exporter import (
     DEFAULT_SCHEDULE_DELAY_MS,
     StoreSpanExporter,
 )
-from rolloutscope.collectors.store import RunStore
-from rolloutscope.collectors.vocabulary import Attr, EventName, SpanName
+from rolloutscope.store import RunStore
+from rolloutscope.vocabulary import Attr, EventName, SpanName
 
 
 class DiscardingExporter(SpanExporter):

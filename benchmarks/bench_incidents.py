@@ -15,8 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from rolloutscope.cli import INCIDENT_KINDS
-from rolloutscope.collectors.store import RunStore
+from rolloutscope.cli.runs import INCIDENT_KINDS
+from rolloutscope.store import RunStore
 
 from synthetic import generate  # noqa: E402 - benchmarks/ is the script's own folder
 

@@ -14,7 +14,7 @@ import os
 import tempfile
 import time
 
-from rolloutscope.collectors.store import RunStore
+from rolloutscope.store import RunStore
 from rolloutscope.replay import scenarios
 from rolloutscope.replay.runner import replay_into_store
 

@@ -17,7 +17,7 @@ import json
 import time
 from pathlib import Path
 
-from rolloutscope.collectors.store import RunStore
+from rolloutscope.store import RunStore
 
 RUN = "synthetic"
 T0 = 1_800_000_000 * 10**9

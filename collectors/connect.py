@@ -27,7 +27,7 @@ from rolloutscope.collectors.exporter import (
     ENV_BSP_SCHEDULE_DELAY,
     _env_int,
 )
-from rolloutscope.collectors.vocabulary import ResourceAttr
+from rolloutscope.vocabulary import ResourceAttr
 
 Protocol = Literal["http/protobuf", "grpc"]
 DEFAULT_HTTP_ENDPOINT = "http://127.0.0.1:4318"

@@ -30,10 +30,10 @@ from opentelemetry.sdk.trace.export import (
     SpanExportResult,
 )
 
-from rolloutscope.collectors.store.errors import QueueFullError
-from rolloutscope.collectors.store.rows import RowBatch, attributes_json
-from rolloutscope.collectors.store.store import RunStore
-from rolloutscope.collectors.vocabulary import Attr, ResourceAttr
+from rolloutscope.store.errors import QueueFullError
+from rolloutscope.store.rows import RowBatch, attributes_json
+from rolloutscope.store.store import RunStore
+from rolloutscope.vocabulary import Attr, ResourceAttr
 
 log = logging.getLogger(__name__)
 

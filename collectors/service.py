@@ -42,8 +42,8 @@ from rolloutscope.collectors.query import (
     arrow_ipc,
     json_rows,
 )
-from rolloutscope.collectors.store.rows import RowBatch
-from rolloutscope.collectors.store.store import RunStore
+from rolloutscope.store.rows import RowBatch
+from rolloutscope.store.store import RunStore
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +128,7 @@ class CollectorService:
         self._writer = None
         self._query: QueryEngine | None = None
         self._started = time.monotonic()
+        self._stack: contextlib.AsyncExitStack | None = None
 
     # -- HTTP routes besides OTLP ----------------------------------------------------------
     async def _query_route(self, request: web.Request) -> web.Response:
@@ -169,6 +170,7 @@ class CollectorService:
                   on_ready: Callable[[Endpoints], Awaitable[None] | None] | None = None) -> None:
         """Serve until ``stop`` is set, then drain and commit everything (see module doc)."""
         async with contextlib.AsyncExitStack() as stack:
+            self._stack = stack
             await self._start(stack)
             if on_ready is not None:
                 maybe = on_ready(self.endpoints)
@@ -176,6 +178,11 @@ class CollectorService:
                     await maybe
             await stop.wait()
             log.info("collector stopping: draining in-flight requests and queued rows")
+
+    def join(self, stop: Callable[[], None]) -> None:
+        """Have a part that reads the store (the live dashboard) stop with the service: it
+        enters the exit stack last, so it stops first, while the store is still open."""
+        self._stack.callback(stop)
 
     async def _start(self, stack: contextlib.AsyncExitStack) -> None:
         cfg = self.config

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import panel as pn
 
-from rolloutscope.collectors.store import RunStore
+from rolloutscope.store import RunStore
 from rolloutscope.dashboard.datastore import DataStore
 from rolloutscope.dashboard.defaults import DEFAULT_ADDRESS, DEFAULT_PORT
 from rolloutscope.dashboard.views import (

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 import pandas as pd
 import param
 
-from rolloutscope.collectors.store import RunStore
-from rolloutscope.collectors.store.errors import StoreError
+from rolloutscope.store import RunStore
+from rolloutscope.store.errors import StoreError
 
 from rolloutscope.dashboard.timeline_plot import group_rollout_ids
 
@@ -285,10 +285,11 @@ class DataStore(param.Parameterized):
     def view(self, name: str) -> pd.DataFrame:
         return self.frames[name]
 
-    def first_seen_ns(self) -> int:
+    def origin_ns(self) -> int:
+        """Time zero of the run (``run_thresholds.origin_ns``, as every reader counts it)."""
         th = self.frames["run_thresholds"]
-        if len(th) and pd.notna(th.start_ns.iloc[0]):
-            return int(th.start_ns.iloc[0])
+        if len(th) and pd.notna(th.origin_ns.iloc[0]):
+            return int(th.origin_ns.iloc[0])
         starts = [int(df[c].min()) for name, df in self.frames.items()
                   for c in VIEWS[name].times[:1] if len(df) and df[c].notna().any()]
         return min(starts) if starts else 0
@@ -303,7 +304,7 @@ class DataStore(param.Parameterized):
         th = self.frames["run_thresholds"]
         if len(th) and pd.notna(th.end_ns.iloc[0]):
             ends.append(int(th.end_ns.iloc[0]))
-        return max(ends) if ends else self.first_seen_ns()
+        return max(ends) if ends else self.origin_ns()
 
     def incidents(self) -> pd.DataFrame:
         """Incidents newest first."""

@@ -1,6 +1,6 @@
 """Before/after timelines of a capture and its replay: pure frames -> HoloViews builders.
 
-Rule: the input is what ``rolloutscope.replay.compare`` returns (``timeline_frames``: rows of
+Rule: the input is what ``rolloutscope.store.runs`` returns (``timeline_frames``: rows of
 run, lane, kind, label, start_s, end_s, outcome on one simulated-time axis; ``incident_frame``:
 incidents with their matching key), nothing here reads a store. Both sides are drawn on the same
 lanes in the same order, so a rollout sits on the same row before and after and the eye compares
@@ -10,14 +10,12 @@ and with nothing on the other tabs.
 
 from __future__ import annotations
 
-from collections import Counter
-
 import holoviews as hv
 import numpy as np
 import pandas as pd
 
 from rolloutscope.dashboard import style
-from rolloutscope.replay.compare import match_incidents
+from rolloutscope.store import runs
 
 HALF = 0.38
 MAX_ROLLOUT_LANES = 60
@@ -131,25 +129,12 @@ def span_of(before: pd.DataFrame, after: pd.DataFrame) -> tuple[float, float]:
 
 
 def incident_verdicts(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
-    """What the replay did to each incident: reproduced, vanished or appeared, matched by key
-    (``compare.incident_frame`` rows of each side)."""
-    reproduced, vanished, appeared = match_incidents(Counter(before.key), Counter(after.key))
-    first_b, first_a = _first_by_key(before), _first_by_key(after)
-    rows = []
-    for status, keys in (("reproduced", reproduced), ("vanished", vanished),
-                         ("appeared", appeared)):
-        for key in keys:
-            b, a = first_b.get(key), first_a.get(key)
-            rows.append({
-                "status": status, "kind": key[0], "subject": key[1],
-                "before (s)": b.start_s if b is not None and status != "appeared" else None,
-                "after (s)": a.start_s if a is not None and status != "vanished" else None,
-                "summary": (a if status == "appeared" else b).summary})
-    return pd.DataFrame(rows, columns=VERDICT_COLUMNS)
-
-
-def _first_by_key(frame: pd.DataFrame) -> dict:
-    first: dict = {}
-    for row in frame.itertuples():
-        first.setdefault(row.key, row)
-    return first
+    """The store's verdict table (``runs.incident_verdicts`` over ``runs.incident_frame`` rows
+    of each side) as the Replay tab shows it: one summary, the side the incident was seen on."""
+    v = runs.incident_verdicts(before, after)
+    return pd.DataFrame({
+        "status": v.status, "kind": v.kind, "subject": v.key_subject,
+        "before (s)": v.start_s_a, "after (s)": v.start_s_b,
+        "summary": [b if status == "appeared" else a
+                    for status, a, b in zip(v.status, v.summary_a, v.summary_b, strict=True)]},
+        columns=VERDICT_COLUMNS)

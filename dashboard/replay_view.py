@@ -5,7 +5,7 @@ The after run is another run of the same store file (``rolloutscope replay RUN.d
 RUN.duckdb``, or ``replay_into_store`` with another run id), picked from the file's runs, or a
 run of another store handed to the constructor. A replay names its capture in
 ``runs.parent_run_id``; that run is the default pick. Rows come from
-``rolloutscope.replay.compare`` (``timeline_frames``, ``incident_frame``, ``outcome_counts``),
+``rolloutscope.store.runs`` (``timeline_frames``, ``incident_frame``, ``outcome_counts``),
 re-read only when the pair of runs or the before run's incidents changed.
 """
 
@@ -18,7 +18,7 @@ import pandas as pd
 import panel as pn
 import param
 
-from rolloutscope.collectors.store import RunStore
+from rolloutscope.store import RunStore, runs
 from rolloutscope.dashboard import replay_plot as rp
 from rolloutscope.dashboard.datastore import DataStore
 from rolloutscope.dashboard.views import (
@@ -29,7 +29,6 @@ from rolloutscope.dashboard.views import (
     newest_critical,
     text_table,
 )
-from rolloutscope.replay import compare
 
 PAD_S = 60.0  # simulated seconds shown either side of a selected incident
 
@@ -46,7 +45,7 @@ class Replay(View):
         super().__init__(data, **params)
         self.after_store = after_store or data.store
         self._pick_runs(after_run)
-        self._before = self._after = pd.DataFrame(columns=compare.TIMELINE_COLUMNS)
+        self._before = self._after = pd.DataFrame(columns=runs.TIMELINE_COLUMNS)
         self._before_incidents = pd.DataFrame(columns=["incident_id", "start_s", "key"])
         self._lanes: tuple[str, ...] = ("snapshots", "incidents")
         self._rollouts = 0
@@ -87,15 +86,15 @@ class Replay(View):
                                  "holds one run. Write one into it with <code>rolloutscope "
                                  "replay RUN.duckdb --variant V --out RUN.duckdb</code>.</span>")
             return
-        self._before, self._after = compare.timeline_frames(d.store, d.run_id, self.after_store,
+        self._before, self._after = runs.timeline_frames(d.store, d.run_id, self.after_store,
                                                             self.after_run)
-        self._before_incidents = compare.incident_frame(d.store, d.run_id)
-        after_incidents = compare.incident_frame(self.after_store, self.after_run)
+        self._before_incidents = runs.incident_frame(d.store, d.run_id)
+        after_incidents = runs.incident_frame(self.after_store, self.after_run)
         self._lanes, self._rollouts = rp.replay_lanes(self._before, self._after)
         self._span = rp.span_of(self._before, self._after)
         self._verdicts.value = rp.incident_verdicts(self._before_incidents, after_incidents)
-        a = compare.outcome_counts(d.store, d.run_id).as_dict()
-        b = compare.outcome_counts(self.after_store, self.after_run).as_dict()
+        a = runs.outcome_counts(d.store, d.run_id).as_dict()
+        b = runs.outcome_counts(self.after_store, self.after_run).as_dict()
         self._outcomes.value = pd.DataFrame({"outcome": list(a), "before": list(a.values()),
                                              "after": [b[k] for k in a]})
         shown = min(self._rollouts, rp.MAX_ROLLOUT_LANES)

@@ -117,7 +117,7 @@ class View(pn.viewable.Viewer):
         return tl.TimelineFrames(**sub, rollout_ids=tuple(rollout_ids), evidence=evidence)
 
     def _t0(self) -> int:
-        return self.data.first_seen_ns()
+        return self.data.origin_ns()
 
 
 class Overview(View):
@@ -154,7 +154,7 @@ class Overview(View):
     @param.depends("revision")
     def header(self) -> pn.pane.HTML:
         d, e = self.data, html.escape
-        t0, now = d.first_seen_ns(), d.last_seen_ns()
+        t0, now = d.origin_ns(), d.last_seen_ns()
         kv = [("run", d.run_id), ("from", _utc(t0) if t0 else "-"),
               ("to", _utc(now) if now else "-"), ("length", f"{(now - t0) / S:,.1f} s")]
         th = d.thresholds()
@@ -232,7 +232,7 @@ class Timeline(View):
 
     def xlim(self) -> tuple[float, float]:
         d = self.data
-        t0, now = d.first_seen_ns(), d.last_seen_ns()
+        t0, now = d.origin_ns(), d.last_seen_ns()
         whole = (0.0, max((now - t0) / S, 1.0))
         inc = d.selected_incident()
         if inc is not None and self._focus_for != d.incident:
@@ -259,7 +259,7 @@ class Timeline(View):
         ids, total = d.rollout_lanes()
         frames = self._frames(rollout_ids=ids, evidence=d.evidence())
         inc = d.selected_incident()
-        t0, now = d.first_seen_ns(), d.last_seen_ns()
+        t0, now = d.origin_ns(), d.last_seen_ns()
         highlight = None
         if inc is not None:
             end = inc["end_ns"] if pd.notna(inc["end_ns"]) else now
@@ -279,7 +279,7 @@ class Timeline(View):
 
     def _serving(self, revision, incident, rollout_filter, failure_class):
         d = self.data
-        t0, now = d.first_seen_ns(), d.last_seen_ns()
+        t0, now = d.origin_ns(), d.last_seen_ns()
         return tl.serving_plot(d.frames["shard_states"], t0_ns=t0, now_ns=now,
                                xlim=self._shown_range,
                                router=plots.router_samples(d.frames["serving_samples"], t0))
@@ -320,7 +320,7 @@ def incident_selector(data: DataStore, *, fallback=None) -> pn.widgets.Select:
     """
     def options():
         inc = data.incidents()
-        t0 = data.first_seen_ns()
+        t0 = data.origin_ns()
         opts = {} if fallback is not None and fallback(data) else {"(none)": ""}
         for r in inc.itertuples(index=False):
             opts[f"{(r.start_ns - t0) / S:,.1f} s  {r.severity}  {r.kind}  {r.subject}"] = \
@@ -431,12 +431,12 @@ class Fleet(View):
     def _lanes(self, revision):
         d = self.data
         frames = self._frames(keep=("checkpoint_windows", "shard_states"))
-        return tl.lane_plot(frames, t0_ns=d.first_seen_ns(), now_ns=d.last_seen_ns(),
+        return tl.lane_plot(frames, t0_ns=d.origin_ns(), now_ns=d.last_seen_ns(),
                             markers=False).redim(t=FLEET_TIME)
 
     def _serving(self, revision):
         d = self.data
-        t0 = d.first_seen_ns()
+        t0 = d.origin_ns()
         return tl.serving_plot(d.frames["shard_states"], t0_ns=t0, now_ns=d.last_seen_ns(),
                                router=plots.router_samples(d.frames["serving_samples"], t0)
                                ).redim(t=FLEET_TIME)

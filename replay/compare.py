@@ -1,177 +1,45 @@
 """Two runs side by side: incidents, outcome counts, per-rollout changes, aligned timelines.
 
-Rule: everything here reads the model views (``incidents``, ``rollout_attempts``,
-``checkpoint_windows``, ``deadlines``, ...) and returns data: frozen records and DataFrames. The
-renderers turn a ``RunComparison`` into Markdown or HTML text and touch no file; ``write_report``
-is the one function that writes. Every data string in the HTML report is escaped, because
-incident summaries and subjects carry ids that came from the observed system.
-
-Times are seconds from the run's origin: for a replay, the replay's fixed virtual epoch (so a
-replay of a window of a run keeps the capture's clock); for a live or imported run, its first
-span. Incidents are matched by kind and subject, with checkpoint ids in subjects replaced by
-``snapshot@<start>s``: a windowed replay numbers its snapshots from one again, and the train
-step in a checkpoint id is not the rollout's business.
+The per-run reads (incidents with their matching keys, outcome counts, timelines, one time
+zero) are the store's (``rolloutscope.store.runs``); this module puts two runs together and
+renders the result. The renderers turn a ``RunComparison`` into Markdown or HTML text and touch
+no file; ``write_report`` is the one function that writes. Every data string in the HTML report
+is escaped, because incident summaries and subjects carry ids that came from the observed
+system.
 """
 
 from __future__ import annotations
 
 import html
 import json
-import re
-from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from rolloutscope.collectors.store import RunStore
-from rolloutscope.collectors.vocabulary import EventName, RunSource
 from rolloutscope.replay.errors import ReplayError
-from rolloutscope.replay.telemetry import VIRTUAL_EPOCH_NS
-
-
-class UnknownRunError(ReplayError):
-    """A run id that the store does not hold."""
-
-    def __init__(self, path: str, run_id: str, known: list[str]) -> None:
-        self.path = path
-        self.run_id = run_id
-        super().__init__(f"{path} holds no run {run_id!r}; runs: {', '.join(known) or 'none'}")
-
-
-# -- outcome counts -----------------------------------------------------------------------------
-@dataclass(frozen=True, kw_only=True)
-class OutcomeCounts:
-    """What a run achieved and lost, counted from its views.
-
-    committed: prompt groups committed; timed_out: rollout deadlines that fired; stranded:
-    completions never acknowledged (the ``stranded_completion`` incidents); redispatched: RL tries
-    after the first plus row re-dispatches within a try; quarantined: shard entries into
-    ``dead``; snapshots_ok / snapshots_failed: checkpoint windows that committed / did not.
-    """
-
-    committed: int = 0
-    timed_out: int = 0
-    stranded: int = 0
-    redispatched: int = 0
-    quarantined: int = 0
-    snapshots_ok: int = 0
-    snapshots_failed: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> OutcomeCounts:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ReplayError(f"unknown outcome count(s) {', '.join(unknown)}; "
-                              f"known: {', '.join(sorted(known))}")
-        return cls(**{k: int(v) for k, v in data.items()})
-
-    def differences(self, other: OutcomeCounts) -> dict[str, tuple[int, int]]:
-        return {name: (a, b) for name, a in self.as_dict().items()
-                if (b := getattr(other, name)) != a}
-
-
-IncidentKey = tuple[str, str]  # (kind, normalised subject)
-
-
-# -- reading one run ----------------------------------------------------------------------------
-def require_run(store: RunStore, run_id: str) -> None:
-    known = store.run_ids()
-    if run_id not in known:
-        raise UnknownRunError(str(store.path), run_id, known)
-
-
-def origin_ns(store: RunStore, run_id: str) -> int:
-    """Time zero of a run: a replay's virtual epoch, else the run's first span."""
-    rows = store.query("SELECT source, first_seen_ns FROM runs WHERE run_id = ?", [run_id])
-    if rows and rows[0][0] == RunSource.REPLAY.value:
-        return VIRTUAL_EPOCH_NS
-    first = store.query("SELECT min(start_ns) FROM all_spans WHERE run_id = ?", [run_id])[0][0]
-    if first is not None:
-        return int(first)
-    return int(rows[0][1]) if rows and rows[0][1] is not None else 0
-
-
-def _seconds(ns: Any, origin: int) -> float | None:
-    if ns is None or pd.isna(ns):
-        return None
-    return round((int(ns) - origin) / 1e9, 6)
-
-
-def _checkpoint_labels(store: RunStore, run_id: str, origin: int) -> dict[str, str]:
-    df = store.view("checkpoint_windows", run_id=run_id)
-    return {row.checkpoint_id: f"snapshot@{_seconds(row.start_ns, origin):g}s"
-            for row in df.itertuples() if row.checkpoint_id is not None}
-
-
-def _normalise(subject: str, labels: Mapping[str, str]) -> str:
-    if not labels or not subject:
-        return subject or ""
-    pattern = "|".join(re.escape(ck) for ck in sorted(labels, key=len, reverse=True))
-    return re.sub(pattern, lambda m: labels[m.group(0)], subject)
-
-
-def incident_frame(store: RunStore, run_id: str) -> pd.DataFrame:
-    """The run's incidents with ``start_s`` and the matching ``key`` column."""
-    origin = origin_ns(store, run_id)
-    labels = _checkpoint_labels(store, run_id, origin)
-    df = store.view("incidents", run_id=run_id)
-    out = pd.DataFrame({
-        "incident_id": df.incident_id, "kind": df.kind, "severity": df.severity,
-        "subject": df.subject, "start_s": [_seconds(v, origin) for v in df.start_ns],
-        "summary": df.summary})
-    out["key"] = [(k, _normalise(s, labels)) for k, s in zip(out.kind, out.subject, strict=True)]
-    return out.sort_values(["start_s", "kind", "subject"], na_position="last",
-                           ignore_index=True)
-
-
-def incident_keys(store: RunStore, run_id: str) -> Counter[IncidentKey]:
-    return Counter(incident_frame(store, run_id).key)
-
-
-def outcome_counts(store: RunStore, run_id: str) -> OutcomeCounts:
-    attempts = store.view("rollout_attempts", run_id=run_id)
-    deadlines = store.view("deadlines", run_id=run_id)
-    windows = store.view("checkpoint_windows", run_id=run_id)
-    shards = store.view("shard_states", run_id=run_id)
-    stranded = store.query("SELECT count(*) FROM stranded_completion WHERE run_id = ?",
-                           [run_id])[0][0]
-    row_redispatches = store.query(
-        "SELECT count(*) FROM span_events WHERE run_id = ? AND name = ?",
-        [run_id, EventName.ROW_REDISPATCH])[0][0]
-    return OutcomeCounts(
-        committed=int((attempts.outcome == "committed").sum()),
-        timed_out=int((deadlines.outcome == "fired").sum()),
-        stranded=int(stranded),
-        redispatched=int((attempts.attempt.fillna(0) > 0).sum()) + int(row_redispatches),
-        quarantined=int((shards.state == "dead").sum()),
-        snapshots_ok=int((windows.outcome == "committed").sum()),
-        snapshots_failed=int(windows.outcome.isin(["failed", "aborted"]).sum()))
-
-
-def timing_summary(store: RunStore, run_id: str) -> dict[str, float | None]:
-    """A handful of times that say how a run went, in seconds from its origin."""
-    origin = origin_ns(store, run_id)
-    attempts = store.view("rollout_attempts", run_id=run_id)
-    windows = store.view("checkpoint_windows", run_id=run_id)
-    committed = attempts[attempts.outcome == "committed"]
-    last = store.query("SELECT max(coalesce(end_ns, start_ns)) FROM all_spans WHERE run_id = ?",
-                       [run_id])[0][0]
-    return {
-        "first_commit_s": _seconds(committed.end_ns.min(), origin) if len(committed) else None,
-        "last_commit_s": _seconds(committed.end_ns.max(), origin) if len(committed) else None,
-        "mean_committed_try_s": (round(float(committed.duration_s.mean()), 6)
-                                 if len(committed) else None),
-        "snapshot_admission_closed_s": (round(float(windows.duration_s.fillna(0).sum()), 6)
-                                        if len(windows) else 0.0),
-        "last_span_end_s": _seconds(last, origin),
-    }
+from rolloutscope.store import RunStore
+from rolloutscope.store.runs import (  # noqa: F401 - re-exported for the report's readers
+    IncidentKey,
+    OutcomeCounts,
+    TIMELINE_COLUMNS,
+    UnknownRunError,
+    incident_frame,
+    incident_keys,
+    incident_verdicts,
+    match_incidents,
+    origin_ns,
+    outcome_counts,
+    require_run,
+    rollout_outcomes,
+    seconds,
+    snapshot_outcomes,
+    timeline,
+    timeline_frames,
+    timing_summary,
+)
 
 
 # -- two runs -----------------------------------------------------------------------------------
@@ -197,43 +65,6 @@ class RunComparison:
         return [(k, s) for k, s in zip(rows.kind, rows.key_subject, strict=True)]
 
 
-def match_incidents(a: Counter[IncidentKey], b: Counter[IncidentKey]
-                    ) -> tuple[list[IncidentKey], list[IncidentKey], list[IncidentKey]]:
-    """(reproduced, vanished, appeared), as multisets: two stalls before and one after is one
-    reproduced and one vanished."""
-    reproduced = sorted((a & b).elements())
-    vanished = sorted((a - b).elements())
-    appeared = sorted((b - a).elements())
-    return reproduced, vanished, appeared
-
-
-def _first_by_key(frame: pd.DataFrame) -> dict[IncidentKey, Any]:
-    first: dict[IncidentKey, Any] = {}
-    for row in frame.itertuples():
-        first.setdefault(row.key, row)
-    return first
-
-
-def _incident_table(fa: pd.DataFrame, fb: pd.DataFrame) -> pd.DataFrame:
-    rows: list[dict[str, Any]] = []
-    ka, kb = Counter(fa.key), Counter(fb.key)
-    reproduced, vanished, appeared = match_incidents(ka, kb)
-    first_a = _first_by_key(fa)
-    first_b = _first_by_key(fb)
-    for status, keys in (("reproduced", reproduced), ("vanished", vanished),
-                         ("appeared", appeared)):
-        for key in keys:
-            ra, rb = first_a.get(key), first_b.get(key)
-            rows.append({
-                "status": status, "kind": key[0], "key_subject": key[1],
-                "start_s_a": ra.start_s if ra is not None and status != "appeared" else None,
-                "start_s_b": rb.start_s if rb is not None and status != "vanished" else None,
-                "summary_a": ra.summary if ra is not None and status != "appeared" else "",
-                "summary_b": rb.summary if rb is not None and status != "vanished" else ""})
-    return pd.DataFrame(rows, columns=["status", "kind", "key_subject", "start_s_a",
-                                       "start_s_b", "summary_a", "summary_b"])
-
-
 def _delta_table(a: Mapping[str, Any], b: Mapping[str, Any]) -> pd.DataFrame:
     rows = []
     for name in a:
@@ -242,27 +73,6 @@ def _delta_table(a: Mapping[str, Any], b: Mapping[str, Any]) -> pd.DataFrame:
                  else None)
         rows.append({"metric": name, "a": va, "b": vb, "delta": delta})
     return pd.DataFrame(rows, columns=["metric", "a", "b", "delta"])
-
-
-def rollout_outcomes(store: RunStore, run_id: str) -> pd.DataFrame:
-    """One row per prompt: how it ended (committed | failed | open), tries, end time."""
-    origin = origin_ns(store, run_id)
-    df = store.view("rollout_attempts", run_id=run_id)
-    if df.empty:
-        return pd.DataFrame(columns=["prompt_idx", "rollout_id", "outcome", "tries", "end_s"])
-    rows = []
-    for (prompt_idx, rollout_id), g in df.groupby(["prompt_idx", "rollout_id"], dropna=False):
-        g = g.sort_values("attempt")
-        if (g.outcome == "committed").any():
-            outcome = "committed"
-            end = g[g.outcome == "committed"].end_ns.min()
-        elif (g.outcome == "open").any():
-            outcome, end = "open", None
-        else:
-            outcome, end = str(g.outcome.iloc[-1]), g.end_ns.max()
-        rows.append({"prompt_idx": int(prompt_idx), "rollout_id": rollout_id,
-                     "outcome": outcome, "tries": len(g), "end_s": _seconds(end, origin)})
-    return pd.DataFrame(rows).sort_values("prompt_idx", ignore_index=True)
 
 
 def _rollout_table(store_a: RunStore, run_a: str, store_b: RunStore, run_b: str
@@ -276,16 +86,6 @@ def _rollout_table(store_a: RunStore, run_a: str, store_b: RunStore, run_b: str
     return merged.sort_values("prompt_idx", ignore_index=True)
 
 
-def snapshot_outcomes(store: RunStore, run_id: str) -> pd.DataFrame:
-    origin = origin_ns(store, run_id)
-    df = store.view("checkpoint_windows", run_id=run_id).sort_values("start_ns")
-    return pd.DataFrame({
-        "snapshot": range(1, len(df) + 1),
-        "start_s": [_seconds(v, origin) for v in df.start_ns],
-        "duration_s": [None if pd.isna(v) else round(float(v), 6) for v in df.duration_s],
-        "outcome": list(df.outcome)})
-
-
 def _snapshot_table(store_a: RunStore, run_a: str, store_b: RunStore, run_b: str
                     ) -> pd.DataFrame:
     """Snapshots aligned by their index in each run (1 = the first attempt that ran)."""
@@ -295,57 +95,6 @@ def _snapshot_table(store_a: RunStore, run_a: str, store_b: RunStore, run_b: str
     merged["changed"] = [oa != ob for oa, ob in zip(merged.outcome_a, merged.outcome_b,
                                                     strict=True)]
     return merged
-
-
-TIMELINE_COLUMNS = ["run", "lane", "kind", "label", "start_s", "end_s", "outcome"]
-
-
-def timeline(store: RunStore, run_id: str, *, side: str) -> pd.DataFrame:
-    """One run's story as rows on a simulated-time axis: RL tries per rollout, parked stays,
-    snapshot windows, fired deadlines, shard states and incidents (instants have end_s = start_s).
-    """
-    origin = origin_ns(store, run_id)
-    rows: list[dict[str, Any]] = []
-
-    def add(lane: str, kind: str, label: str, start: Any, end: Any, outcome: Any) -> None:
-        s = _seconds(start, origin)
-        e = _seconds(end, origin)
-        rows.append({"run": side, "lane": lane, "kind": kind, "label": label, "start_s": s,
-                     "end_s": e, "outcome": None if outcome is None or pd.isna(outcome)
-                     else str(outcome)})
-
-    for r in store.view("rollout_attempts", run_id=run_id).itertuples():
-        add(str(r.rollout_id), "try", f"try {r.attempt}", r.start_ns, r.end_ns, r.outcome)
-    for r in store.view("parked_intervals", run_id=run_id).itertuples():
-        add(str(r.rollout_id).split("-", 1)[0] if r.rollout_id else "?", "parked",
-            f"{r.rollout_id} parked", r.start_ns, r.end_ns, r.boundary_state)
-    for r in store.view("deadlines", run_id=run_id).itertuples():
-        if r.outcome == "fired":
-            add(str(r.rollout_id), "deadline_fired", f"try {r.attempt} deadline fired",
-                r.fired_ns, r.fired_ns, r.state_when_fired)
-    for r in store.view("completions", run_id=run_id).itertuples():
-        add(str(r.rollout_id).split("-", 1)[0], "completion", f"{r.rollout_id} completed",
-            r.completed_ns, r.completed_ns, "acknowledged" if pd.notna(r.ack_ns)
-            else "unacknowledged")
-    windows = store.view("checkpoint_windows", run_id=run_id).sort_values("start_ns")
-    for i, r in enumerate(windows.itertuples(), 1):
-        add("snapshots", "snapshot", f"snapshot {i}", r.start_ns, r.end_ns, r.outcome)
-    for r in store.view("shard_states", run_id=run_id).itertuples():
-        add(f"shard {r.shard_idx}", "shard_state", str(r.state), r.start_ns, r.end_ns,
-            r.trigger)
-    inc = store.view("incidents", run_id=run_id)
-    for r in inc.itertuples():
-        add("incidents", "incident", str(r.kind), r.start_ns, r.start_ns, r.subject)
-    df = pd.DataFrame(rows, columns=TIMELINE_COLUMNS)
-    return df.sort_values(["start_s", "lane", "kind"], na_position="last", ignore_index=True)
-
-
-def timeline_frames(store_a: RunStore, run_a: str, store_b: RunStore, run_b: str
-                    ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The before (A) and after (B) timelines a dashboard "Replay" view draws, on one axis."""
-    require_run(store_a, run_a)
-    require_run(store_b, run_b)
-    return timeline(store_a, run_a, side="before"), timeline(store_b, run_b, side="after")
 
 
 # -- generation backends --------------------------------------------------------------------------
@@ -402,7 +151,7 @@ def compare_runs(store_a: RunStore, run_a: str, store_b: RunStore, run_b: str) -
     return RunComparison(
         backend=str(generation.get("backend", "recorded")), latency=latency_table(generation),
         run_a=run_a, run_b=run_b,
-        incidents=_incident_table(incident_frame(store_a, run_a), incident_frame(store_b, run_b)),
+        incidents=incident_verdicts(incident_frame(store_a, run_a), incident_frame(store_b, run_b)),
         outcomes=_delta_table(outcome_counts(store_a, run_a).as_dict(),
                               outcome_counts(store_b, run_b).as_dict()),
         timings=_delta_table(timing_summary(store_a, run_a), timing_summary(store_b, run_b)),

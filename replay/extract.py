@@ -34,8 +34,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rolloutscope.collectors.store import RunStore
-from rolloutscope.collectors.vocabulary import (
+from rolloutscope.store import RunStore
+from rolloutscope.vocabulary import (
     Attr,
     DeadlineHolder,
     EventName,
@@ -43,7 +43,7 @@ from rolloutscope.collectors.vocabulary import (
     SpanName,
 )
 from rolloutscope.replay import scenarios
-from rolloutscope.replay.compare import origin_ns, require_run
+from rolloutscope.store.runs import origin_ns, require_run
 from rolloutscope.replay.errors import ReplayError, ScenarioError, UnknownScenarioError
 from rolloutscope.replay.scenario import (
     Config,
@@ -178,7 +178,7 @@ class _RunData:
                   EventName.DEADLINE_SUSPEND, EventName.MODEL_RESPONSE_STARTED]
         marks = ", ".join("?" for _ in events)
         rows = store.query(
-            f"SELECT span_id, name, ts_ns, rollout_id, checkpoint_id, attributes FROM span_events "
+            f"SELECT span_id, name, ts_ns, rollout_id, checkpoint_id, attributes FROM all_events "
             f"WHERE run_id = ? AND name IN ({marks}) ORDER BY ts_ns, span_id",
             [run_id, *events])
         self.events: dict[str, list[_Event]] = {n: [] for n in events}

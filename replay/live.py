@@ -27,7 +27,7 @@ from rolloutscope.collectors.exporter import (
     DEFAULT_MAX_EXPORT_BATCH_SIZE,
     DEFAULT_MAX_QUEUE_SIZE,
 )
-from rolloutscope.collectors.vocabulary import Attr, ResourceAttr
+from rolloutscope.vocabulary import Attr, ResourceAttr
 from rolloutscope.replay.backends.base import GenerationBackend
 from rolloutscope.replay.engine import Inbox, PacedDriver
 from rolloutscope.replay.runner import ReplayResult, replay

@@ -30,7 +30,7 @@ from enum import StrEnum
 from importlib.metadata import entry_points
 from typing import Any, Protocol
 
-from rolloutscope.collectors.vocabulary import ShardState, ShardTrigger
+from rolloutscope.vocabulary import ShardState, ShardTrigger
 from rolloutscope.replay.errors import ReplayError
 from rolloutscope.replay.participants.fleet_health import (
     FleetSnapshot,

@@ -30,17 +30,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rolloutscope.collectors.store import RunStore
-from rolloutscope.collectors.vocabulary import RunSource
 from rolloutscope.replay import compare
 from rolloutscope.replay.backends.base import GenerationBackend
-from rolloutscope.replay.compare import IncidentKey, OutcomeCounts
 from rolloutscope.replay.errors import ReplayError
 from rolloutscope.replay.extract import SCENARIO_DOCUMENT_KEY, ExtractionReport, extract_scenario
 from rolloutscope.replay.plugins import Factory, ParticipantSpec, participant_factories
 from rolloutscope.replay.runner import replay, replay_into_store, wall_clock_driver
 from rolloutscope.replay.scenario import Scenario
+from rolloutscope.replay.telemetry import VIRTUAL_EPOCH_NS
 from rolloutscope.replay.variants import ordered, parse_variants
+from rolloutscope.store import RunStore, runs
+from rolloutscope.store.runs import IncidentKey, OutcomeCounts
+from rolloutscope.vocabulary import RunSource
 
 GOLDEN_FORMAT = "rolloutscope-golden-capture"
 GOLDEN_VERSION = 1
@@ -83,9 +84,9 @@ def capture_from_store(path: str | Path, run_id: str | None = None, *,
     with RunStore(path, read_only=True) as store:
         extraction = extract_scenario(store, run_id, incident_id=incident_id, pad_s=pad_s)
         rid = extraction.report.run_id
-        incidents = compare.incident_frame(store, rid)
-        outcomes = compare.outcome_counts(store, rid)
-        timings = compare.timing_summary(store, rid)
+        incidents = runs.incident_frame(store, rid)
+        outcomes = runs.outcome_counts(store, rid)
+        timings = runs.timing_summary(store, rid)
         variants = store.query("SELECT variants FROM runs WHERE run_id = ?", [rid])
     if extraction.report.window is not None:
         ws, we = extraction.report.window
@@ -310,7 +311,7 @@ def run_digest(store: RunStore, run_id: str) -> str:
             "ORDER BY start_ns, span_id, name", [run_id]):
         h.update(repr(row).encode())
     for row in store.query(
-            "SELECT span_id, name, ts_ns, attributes FROM span_events WHERE run_id = ? "
+            "SELECT span_id, name, ts_ns, attributes FROM all_events WHERE run_id = ? "
             "ORDER BY ts_ns, span_id, name, attributes", [run_id]):
         h.update(repr(row).encode())
     return h.hexdigest()[:16]
@@ -345,12 +346,13 @@ def _replay_one(capture: Capture, store: RunStore, variants: tuple[str, ...],
         metadata={"horizon_s": scenario.horizon_s, "description": scenario.description,
                   "replayed_from": capture.label, "participants": list(labels),
                   "generation": generation or {"backend": "recorded"},
-                  SCENARIO_DOCUMENT_KEY: scenario.to_dict()})
-    replayed = compare.incident_frame(store, run_id)
-    reproduced, vanished, appeared = compare.match_incidents(Counter(capture.incidents),
+                  SCENARIO_DOCUMENT_KEY: scenario.to_dict()},
+        origin_ns=VIRTUAL_EPOCH_NS)
+    replayed = runs.incident_frame(store, run_id)
+    reproduced, vanished, appeared = runs.match_incidents(Counter(capture.incidents),
                                                              Counter(replayed.key))
-    outcomes = compare.outcome_counts(store, run_id)
-    timings = compare.timing_summary(store, run_id)
+    outcomes = runs.outcome_counts(store, run_id)
+    timings = runs.timing_summary(store, run_id)
     digest = run_digest(store, run_id)
     divergence: list[str] = []
     # the capture is the expectation only for the same switches and the reference models

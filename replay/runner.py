@@ -27,15 +27,15 @@ from typing import Any
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from rolloutscope.collectors.exporter import StoreSpanExporter
-from rolloutscope.collectors.store import RunStore
-from rolloutscope.collectors.store.rows import RowBatch
-from rolloutscope.collectors.vocabulary import RunSource
+from rolloutscope.store import RunStore
+from rolloutscope.store.rows import RowBatch
+from rolloutscope.vocabulary import RunSource
 from rolloutscope.replay.backends.base import BackendError, GenerationBackend, GenerationSession
 from rolloutscope.replay.engine import Driver, Inbox, PacedDriver, Scheduler, VirtualDriver
 from rolloutscope.replay.scenario import Scenario
 from rolloutscope.replay.sim.fleet import FleetHealthFactory, RouterFactory
 from rolloutscope.replay.sim.world import DeadlineRegistryFactory, World
-from rolloutscope.replay.telemetry import MetricPoint, MetricSink, Telemetry
+from rolloutscope.replay.telemetry import VIRTUAL_EPOCH_NS, MetricPoint, MetricSink, Telemetry
 from rolloutscope.replay.variants import Variant, ordered, parse_variants
 
 
@@ -202,7 +202,8 @@ def replay_into_store(scenario: Scenario, store: RunStore, *,
     def register() -> None:
         store.register_run(run_id, source=RunSource.REPLAY, scenario=scenario.name,
                            variants=ordered(chosen), seed=scenario.seed,
-                           config=scenario.config_dict(), metadata=metadata)
+                           config=scenario.config_dict(), metadata=metadata,
+                           origin_ns=VIRTUAL_EPOCH_NS)
 
     register()
     exporter = StoreSpanExporter(store)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from typing import Any, Union
 
-from rolloutscope.collectors.vocabulary import StallAction
+from rolloutscope.vocabulary import StallAction
 from rolloutscope.replay.errors import ScenarioError
 from rolloutscope.replay.participants.fleet_health import FleetHealthConfig, FleetHealthConfigError
 from rolloutscope.replay.participants.router import RouterConfig, RouterConfigError

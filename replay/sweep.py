@@ -133,7 +133,7 @@ def apply_point(scenario: Scenario, point: Mapping[str, Any]) -> Scenario:
 def run_point(scenario_doc: Mapping[str, Any], point: Mapping[str, Any], index: int,
               variants: Sequence[str], run_path: str) -> dict[str, Any]:
     """Replay one grid point into its own run file; one table row, failures as data."""
-    from rolloutscope.collectors.store import RunStore
+    from rolloutscope.store import RunStore
     from rolloutscope.replay import compare
     from rolloutscope.replay.runner import replay_into_store
 

@@ -47,7 +47,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from rolloutscope.collectors.exporter import open_marker_attributes
-from rolloutscope.collectors.vocabulary import Attr, ResourceAttr
+from rolloutscope.vocabulary import Attr, ResourceAttr
 
 log = logging.getLogger(__name__)
 

@@ -54,7 +54,7 @@ import os
 import tempfile
 import time
 
-from rolloutscope.collectors.store import RunStore
+from rolloutscope.store import RunStore
 from rolloutscope.replay import compare, scenarios
 from rolloutscope.replay.backends.transformers_engine import TinyLlamaConfig, TransformersBackend
 from rolloutscope.replay.runner import replay_into_store, wall_clock_driver

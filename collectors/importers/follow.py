@@ -34,7 +34,7 @@ from pathlib import Path
 from rolloutscope.collectors.importers.report import ImportReport
 from rolloutscope.collectors.importers.rl_log import RlLogAssembler
 from rolloutscope.collectors.otlp.encode import encode_logs, encode_spans
-from rolloutscope.collectors.store import RowBatch
+from rolloutscope.store import RowBatch
 
 log = logging.getLogger(__name__)
 

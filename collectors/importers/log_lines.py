@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from rolloutscope.collectors.vocabulary import ShardState
+from rolloutscope.vocabulary import ShardState
 
 # -- prefixes ------------------------------------------------------------------------------
 # ISO 8601 (T or space; '.' or ',' before the fraction; Z or an offset), optionally bracketed.

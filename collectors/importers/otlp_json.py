@@ -28,8 +28,8 @@ from rolloutscope.collectors.otlp.decode import JSON, decode_request, parse_requ
 from rolloutscope.collectors.otlp.errors import BadRequestError
 from rolloutscope.collectors.otlp.limits import DecodeLimits
 from rolloutscope.collectors.otlp.signals import Signal
-from rolloutscope.collectors.store import RowBatch
-from rolloutscope.collectors.vocabulary import ResourceAttr
+from rolloutscope.store import RowBatch
+from rolloutscope.vocabulary import ResourceAttr
 
 _SIGNAL_KEYS = {"resourceSpans": Signal.TRACES, "resource_spans": Signal.TRACES,
                 "resourceMetrics": Signal.METRICS, "resource_metrics": Signal.METRICS,

@@ -43,8 +43,8 @@ import orjson
 from rolloutscope.collectors.importers import log_lines as L
 from rolloutscope.collectors.importers.report import ImportReport
 from rolloutscope.collectors.importers.sink import CHUNK_ROWS, ImportSink
-from rolloutscope.collectors.store import RowBatch
-from rolloutscope.collectors.vocabulary import (
+from rolloutscope.store import RowBatch
+from rolloutscope.vocabulary import (
     Attr,
     EventName,
     FailureClass,

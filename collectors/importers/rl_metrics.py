@@ -39,7 +39,7 @@ import orjson
 from rolloutscope.collectors.importers.log_lines import parse_iso8601
 from rolloutscope.collectors.importers.report import ImportReport
 from rolloutscope.collectors.importers.sink import CHUNK_ROWS, ImportSink
-from rolloutscope.collectors.store import RowBatch
+from rolloutscope.store import RowBatch
 
 SERVICE = "nemo-rl/controller"
 KIND = "scalar"

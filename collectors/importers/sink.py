@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rolloutscope.collectors.store import RowBatch, RunStore
-from rolloutscope.collectors.vocabulary import RunSource
+from rolloutscope.store import RowBatch, RunStore
+from rolloutscope.vocabulary import RunSource
 
 CHUNK_ROWS = 50_000  # rows per writer transaction
 

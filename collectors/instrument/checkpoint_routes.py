@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rolloutscope.collectors.vocabulary import (
+from rolloutscope.vocabulary import (
     Attr,
     CheckpointOp,
     ErrorCode,

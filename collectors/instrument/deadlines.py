@@ -46,7 +46,7 @@ from rolloutscope.collectors.instrument.clock import (
     TimerHandle,
 )
 from rolloutscope.collectors.instrument.guard import InstrumentFailures
-from rolloutscope.collectors.vocabulary import (
+from rolloutscope.vocabulary import (
     Attr,
     DeadlineHolder,
     DeadlineKind,

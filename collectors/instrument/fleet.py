@@ -40,7 +40,7 @@ from opentelemetry.trace import Span, Tracer
 
 from rolloutscope.collectors.exporter import emit_open_marker
 from rolloutscope.collectors.instrument.guard import InstrumentFailures
-from rolloutscope.collectors.vocabulary import (
+from rolloutscope.vocabulary import (
     Attr,
     EventName,
     ShardState,

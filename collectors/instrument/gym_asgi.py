@@ -59,7 +59,7 @@ from rolloutscope.collectors.instrument.checkpoint_routes import (
 )
 from rolloutscope.collectors.instrument.clock import OPEN_MARKER_AFTER_S
 from rolloutscope.collectors.instrument.guard import InstrumentFailures
-from rolloutscope.collectors.vocabulary import (
+from rolloutscope.vocabulary import (
     Attr,
     EventName,
     OpOutcome,

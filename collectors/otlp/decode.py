@@ -26,8 +26,8 @@ from google.protobuf.message import DecodeError
 from rolloutscope.collectors.otlp.errors import BadRequestError
 from rolloutscope.collectors.otlp.limits import DecodeLimits
 from rolloutscope.collectors.otlp.signals import Signal
-from rolloutscope.collectors.store.rows import RowBatch, attributes_json
-from rolloutscope.collectors.vocabulary import Attr, ResourceAttr
+from rolloutscope.store.rows import RowBatch, attributes_json
+from rolloutscope.vocabulary import Attr, ResourceAttr
 
 PROTOBUF = "protobuf"
 JSON = "json"

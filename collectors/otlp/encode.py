@@ -23,8 +23,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from rolloutscope.collectors.otlp.decode import SPAN_KINDS, STATUS_CODES, hex_id
-from rolloutscope.collectors.store.rows import RowBatch
-from rolloutscope.collectors.vocabulary import Attr
+from rolloutscope.store.rows import RowBatch
+from rolloutscope.vocabulary import Attr
 
 _KIND_NUMBER = {name: number for number, name in enumerate(SPAN_KINDS) if number}
 _STATUS_NUMBER = {name: number for number, name in enumerate(STATUS_CODES)}

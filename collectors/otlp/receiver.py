@@ -27,8 +27,8 @@ from rolloutscope.collectors.otlp.errors import (
 )
 from rolloutscope.collectors.otlp.limits import DecodeLimits
 from rolloutscope.collectors.otlp.signals import Signal
-from rolloutscope.collectors.store.errors import QueueFullError, StoreError
-from rolloutscope.collectors.store.rows import RowBatch
+from rolloutscope.store.errors import QueueFullError, StoreError
+from rolloutscope.store.rows import RowBatch
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from rolloutscope.collectors.vocabulary import (
+from rolloutscope.vocabulary import (
     ErrorCode,
     ExecutionState,
     ParkedBoundaryState,

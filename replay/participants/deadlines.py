@@ -18,7 +18,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from rolloutscope.collectors.vocabulary import DeadlineHolder, DeadlineOutcome, DeadlineKind
+from rolloutscope.vocabulary import DeadlineHolder, DeadlineOutcome, DeadlineKind
 from rolloutscope.replay.errors import ModelInvariantError
 from rolloutscope.replay.participants.clock import Clock
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rolloutscope.collectors.vocabulary import ParticipantKind
+from rolloutscope.vocabulary import ParticipantKind
 from rolloutscope.replay.participants.protocol import Participant, Report
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import Any
 
-from rolloutscope.collectors.vocabulary import SERVING_STATES, ShardState, ShardTrigger
+from rolloutscope.vocabulary import SERVING_STATES, ShardState, ShardTrigger
 
 Clock = Callable[[], float]
 TransitionObserver = Callable[["Transition"], None]

@@ -19,7 +19,7 @@ from collections import Counter
 from enum import StrEnum
 from typing import Any
 
-from rolloutscope.collectors.vocabulary import CutOutcome, ErrorCode, ParticipantKind
+from rolloutscope.vocabulary import CutOutcome, ErrorCode, ParticipantKind
 from rolloutscope.replay.errors import ModelInvariantError
 from rolloutscope.replay.participants.protocol import (
     MAX_BLOCKERS,

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from rolloutscope.collectors.vocabulary import (
+from rolloutscope.vocabulary import (
     CheckpointOp,
     CheckpointPhase,
     ErrorCode,

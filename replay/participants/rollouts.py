@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from rolloutscope.collectors.vocabulary import FailureClass, StallAction
+from rolloutscope.vocabulary import FailureClass, StallAction
 
 
 class FailureReason(StrEnum):

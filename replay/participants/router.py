@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from rolloutscope.collectors.vocabulary import RouterOutcome
+from rolloutscope.vocabulary import RouterOutcome
 from rolloutscope.replay.participants.gym_client import RETRY_ERROR_CODES
 
 OK_STATUS = 200

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry.trace import Status, StatusCode
 
-from rolloutscope.collectors.vocabulary import (
+from rolloutscope.vocabulary import (
     SERVING_STATES,
     Attr,
     EventName,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from rolloutscope.collectors.vocabulary import ParticipantKind
+from rolloutscope.vocabulary import ParticipantKind
 from rolloutscope.replay.backends.base import GenerationSession
 from rolloutscope.replay.engine import Priority, Scheduler
 from rolloutscope.replay.participants.agent import AgentParticipant

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from rolloutscope.collectors.store import RunStore
+from rolloutscope.store import RunStore, runs
 from rolloutscope.postmortem.runs import (
     PostmortemError,
     RunRef,
     incident_table,
-    run_start_ns,
+    origin_ns,
     seconds,
 )
 from rolloutscope.replay import compare
@@ -89,7 +89,7 @@ def incidents(store: RunStore, run_id: str) -> pd.DataFrame:
 def parked_deadline(store: RunStore, run_id: str,
                     incident_id: str | None = None) -> ParkedDeadline:
     """One P1 incident (the earliest, unless ``incident_id`` names one) with its instants."""
-    origin = run_start_ns(store, run_id)
+    origin = origin_ns(store, run_id)
     rows = store.query_df(
         f"""SELECT i.incident_id, i.summary, i.checkpoint_id, i.attempt, d.rollout_id,
                    d.budget_s, d.suspended_s, d.start_ns AS deadline_ns, d.fired_ns,
@@ -148,10 +148,7 @@ def timeline_around(store: RunStore, incident: ParkedDeadline, *,
     """The incident's rollout, the snapshots and the incidents, from ``pad_s`` before its
     deadline started to ``pad_s`` after the snapshot that parked it ended."""
     run_id = incident.run_id
-    df = compare.timeline(store, run_id, side=run_id)
-    # compare.timeline counts from the replay epoch or the first span; shift to the run start
-    shift = (compare.origin_ns(store, run_id) - run_start_ns(store, run_id)) / 1e9
-    df = df.assign(start_s=df.start_s + shift, end_s=df.end_s + shift)
+    df = runs.timeline(store, run_id, side=run_id)
     lo = incident.deadline_start_s - pad_s
     hi = (incident.snapshot_end_s if incident.snapshot_end_s is not None
           else incident.fired_at_s) + pad_s
@@ -163,7 +160,7 @@ def timeline_around(store: RunStore, incident: ParkedDeadline, *,
 
 def deadline_outcomes(store: RunStore, run_id: str) -> pd.DataFrame:
     """Every rollout deadline of the run: its budget, how long it was suspended, how it ended."""
-    origin = run_start_ns(store, run_id)
+    origin = origin_ns(store, run_id)
     d = store.view("deadlines", run_id=run_id)
     d = d[d.kind == "rollout"].sort_values(["start_ns", "deadline_id"])
     return pd.DataFrame({

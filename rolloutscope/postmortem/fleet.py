@@ -24,9 +24,8 @@ from pathlib import Path
 import holoviews as hv
 import pandas as pd
 
-from rolloutscope.collectors.store import RunStore
-from rolloutscope.collectors.vocabulary import Attr, EventName, SpanName
-from rolloutscope.postmortem.runs import PostmortemError, RunRef, run_start_ns, seconds
+from rolloutscope.store import RunStore
+from rolloutscope.postmortem.runs import PostmortemError, RunRef, origin_ns, seconds
 from rolloutscope.replay.replayer import capture_from_store
 from rolloutscope.replay.runner import replay_into_store
 from rolloutscope.replay.scenario import Scenario
@@ -47,7 +46,7 @@ FLEET_METRICS = ("gen_fleet/shards/suspect", "gen_fleet/shards/dead", "gen_fleet
 
 def shard_stays(store: RunStore, run_id: str) -> pd.DataFrame:
     """Each shard's stays in each fleet-health state, what moved it there, its streaks."""
-    origin = run_start_ns(store, run_id)
+    origin = origin_ns(store, run_id)
     s = store.view("shard_states", run_id=run_id).sort_values(["shard_idx", "start_ns"])
     return pd.DataFrame({
         "shard": s.shard_idx.to_numpy(), "state": s.state.to_numpy(),
@@ -61,11 +60,9 @@ def shard_stays(store: RunStore, run_id: str) -> pd.DataFrame:
 
 def faults(store: RunStore, run_id: str) -> pd.DataFrame:
     """The faults a replay injected (none in a live or imported run)."""
-    origin = run_start_ns(store, run_id)
-    rows = store.query(
-        f"SELECT start_ns, shard_idx, attributes->>'{Attr.FAULT_KIND}', "
-        f"attributes->>'{Attr.FAULT_DETAIL}' FROM all_spans "
-        f"WHERE run_id = ? AND name = ? ORDER BY start_ns", [run_id, SpanName.FAULT])
+    origin = origin_ns(store, run_id)
+    rows = store.query("SELECT at_ns, shard_idx, kind, detail FROM faults WHERE run_id = ? "
+                       "ORDER BY at_ns", [run_id])
     return pd.DataFrame([(seconds(t, origin), shard, kind, detail)
                          for t, shard, kind, detail in rows],
                         columns=["at_s", "shard", "kind", "detail"])
@@ -73,7 +70,7 @@ def faults(store: RunStore, run_id: str) -> pd.DataFrame:
 
 def quarantines(store: RunStore, run_id: str) -> pd.DataFrame:
     """Each quarantine: from the fault (or the shard's first failure) to ``dead``."""
-    origin = run_start_ns(store, run_id)
+    origin = origin_ns(store, run_id)
     q = store.view("quarantine", run_id=run_id).sort_values("end_ns")
     return pd.DataFrame({
         "subject": q.subject.to_numpy(),
@@ -98,9 +95,8 @@ class Detection:
 
 
 def detection(store: RunStore, run_id: str) -> Detection:
-    origin = run_start_ns(store, run_id)
-    fault = store.query("SELECT min(start_ns) FROM all_spans WHERE run_id = ? AND name = ?",
-                        [run_id, SpanName.FAULT])[0][0]
+    origin = origin_ns(store, run_id)
+    fault = store.query("SELECT min(at_ns) FROM faults WHERE run_id = ?", [run_id])[0][0]
     if fault is None:  # a live or imported run: the shard's first failure is the earliest sign
         fault = store.query("SELECT min(start_ns) FROM quarantine WHERE run_id = ?",
                             [run_id])[0][0]
@@ -206,11 +202,9 @@ def probe_sweep(run: RunRef, out_dir: str | Path, *,
 
 def serving_backends(store: RunStore, run_id: str) -> pd.DataFrame:
     """The router's serving set at each membership push where its size changed."""
-    origin = run_start_ns(store, run_id)
-    rows = store.query(
-        f"SELECT ts_ns, TRY_CAST(attributes->>'{Attr.ROUTER_SERVING_COUNT}' AS INTEGER)"
-        f" FROM span_events WHERE run_id = ? AND name = ? ORDER BY ts_ns",
-        [run_id, EventName.ROUTER_MEMBERSHIP_PUSH])
+    origin = origin_ns(store, run_id)
+    rows = store.query("SELECT ts_ns, serving FROM router_pushes WHERE run_id = ? "
+                       "ORDER BY ts_ns", [run_id])
     out, last = [], None
     for ts, count in rows:
         if count != last:

@@ -1,16 +1,13 @@
 """A run that was never pointed at a collector: import what it left behind, find its incidents.
 
-``import_files`` goes through ``rolloutscope import`` itself (the command line's parser and
-handler, in this process), so a notebook imports exactly as a user at a shell would and gets
-the same report. The evidence tables read what the importers wrote: the watchdog's gauges from
+``import_files`` runs the importer ``rolloutscope import`` runs, so a notebook imports exactly
+as a user at a shell would and gets the same report. The evidence tables read what the importers wrote: the watchdog's gauges from
 the logger's metrics (only the samples where one of them moved, since a stall is the absence of
 movement) and the controller's own lines, kept verbatim with their file line numbers.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -18,13 +15,13 @@ from typing import Any
 
 import pandas as pd
 
-from rolloutscope.cli import main as rolloutscope_main
-from rolloutscope.collectors.store import RunStore
-from rolloutscope.collectors.vocabulary import Attr
+from rolloutscope.collectors.importers import files as importers
+from rolloutscope.errors import InputError
+from rolloutscope.store import RunStore
 from rolloutscope.postmortem.runs import (
     PostmortemError,
     RunRef,
-    run_start_ns,
+    origin_ns,
     scratch_dir,
     seconds,
 )
@@ -43,16 +40,20 @@ QUARANTINE_LINES = ("shard_transition", "probe_router_update_failed", "router_ig
 
 def import_files(kind: str, files: Sequence[str | Path], *, db: str | Path, run_id: str,
                  config: str | Path | None = None) -> dict[str, Any]:
-    """``rolloutscope import KIND FILE... --db DB --run-id RUN_ID``; its JSON report."""
-    argv = ["import", kind, *map(str, files), "--db", str(db), "--run-id", run_id, "--json"]
+    """What ``rolloutscope import KIND FILE... --db DB --run-id RUN_ID [--config C] --json``
+    prints: the same importer, the same report."""
+    user_config = None
     if config is not None:
-        argv += ["--config", str(config)]
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = rolloutscope_main(argv)
-    if code != 0:
-        raise PostmortemError(err.getvalue().strip() or f"rolloutscope import exited {code}")
-    return json.loads(out.getvalue())
+        try:
+            user_config = json.loads(Path(config).read_text())
+        except (OSError, ValueError) as exc:
+            raise PostmortemError(f"config {config}: {exc}") from None
+    try:
+        report = importers.import_files(kind, files, db=db, run_id=run_id,
+                                        user_config=user_config)
+    except InputError as exc:
+        raise PostmortemError(str(exc)) from None
+    return report.as_dict()
 
 
 def import_run(*, controller_log: str | Path, metrics: str | Path,
@@ -98,14 +99,11 @@ def log_lines(store: RunStore, run_id: str, kinds: Sequence[str], *,
               leave_out: Iterable[tuple[str, int]] = ()) -> pd.DataFrame:
     """The controller's lines of the given kinds, verbatim, in file order, less the lines in
     ``leave_out`` (file name, line number): the ones an import could not parse."""
-    origin = run_start_ns(store, run_id)
+    origin = origin_ns(store, run_id)
     placeholders = ", ".join("?" for _ in kinds)
     df = store.query_df(
-        f"""SELECT ts_ns, attributes->>'{Attr.LOG_FILE_NAME}' AS file,
-                   TRY_CAST(attributes->>'{Attr.LOG_LINE_NUMBER}' AS INTEGER) AS line,
-                   attributes->>'{Attr.LOG_KIND}' AS kind, body
-            FROM logs WHERE run_id = ? AND (attributes->>'{Attr.LOG_KIND}') IN ({placeholders})
-            ORDER BY file, line""", [run_id, *kinds])
+        f"SELECT ts_ns, file, line, kind, body FROM log_lines "
+        f"WHERE run_id = ? AND kind IN ({placeholders}) ORDER BY file, line", [run_id, *kinds])
     skip = set(leave_out)
     df = df[[(f, int(n)) not in skip for f, n in zip(df.file, df.line, strict=True)]]
     return pd.DataFrame({"file": df.file.to_numpy(), "line": df.line.to_numpy(),

@@ -3,7 +3,7 @@
 A notebook names a run store at the top. Given none, ``open_run`` replays the incident's
 built-in scenario into a scratch directory, so the notebook runs anywhere and tells the
 reference story. Times in every table here are seconds from the run's start as the incident
-views count it (``run_thresholds.start_ns``), so they match the numbers in incident summaries.
+views count it (``run_thresholds.origin_ns``), so they match the numbers in incident summaries.
 """
 
 from __future__ import annotations
@@ -15,14 +15,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from rolloutscope.collectors.store import RunStore
-from rolloutscope.collectors.store.store import resolve_path
-from rolloutscope.replay import compare, scenarios
+from rolloutscope.store import RunStore, runs
+from rolloutscope.store.runs import origin_ns, seconds
+from rolloutscope.store.store import resolve_path
+from rolloutscope.replay import scenarios
 from rolloutscope.replay.runner import replay_into_store
 from rolloutscope.replay.scenario import Scenario
-
-S = 1e9
-
 
 class PostmortemError(Exception):
     """What the user asked for does not exist: a run, an incident, a kind of incident."""
@@ -84,28 +82,13 @@ def open_run(path: str | Path | None = None, run_id: str | None = None, *,
     return RunRef(path=resolve_path(path), run_id=run_id)
 
 
-def run_start_ns(store: RunStore, run_id: str) -> int:
-    """Time zero of a run as the incident views count it."""
-    rows = store.query("SELECT start_ns FROM run_thresholds WHERE run_id = ?", [run_id])
-    if rows and rows[0][0] is not None:
-        return int(rows[0][0])
-    return compare.origin_ns(store, run_id)
-
-
-def seconds(ns: object, origin_ns: int) -> float | None:
-    """``ns`` as seconds after ``origin_ns``, None for a missing time."""
-    if ns is None or pd.isna(ns):
-        return None
-    return round((int(ns) - origin_ns) / S, 6)
-
-
 INCIDENT_COLUMNS = ["start_s", "kind", "severity", "subject", "summary", "incident_id"]
 
 
 def incident_table(store: RunStore, run_id: str, *, kinds: Iterable[str] = ()) -> pd.DataFrame:
     """The run's incidents in time order (only ``kinds`` if given), one sentence each."""
-    compare.require_run(store, run_id)
-    origin = run_start_ns(store, run_id)
+    runs.require_run(store, run_id)
+    origin = origin_ns(store, run_id)
     df = store.view("incidents", run_id=run_id)
     wanted = set(kinds)
     if wanted:
@@ -129,7 +112,7 @@ def watchdog_changes(store: RunStore, run_id: str, names: Sequence[str], *,
                      watch: Sequence[str] | None = None) -> pd.DataFrame:
     """The samples of ``names`` (one column each) at which any of ``watch`` (default: all of
     ``names``) changed, and the last sample."""
-    origin = run_start_ns(store, run_id)
+    origin = origin_ns(store, run_id)
     placeholders = ", ".join("?" for _ in names)
     long = store.query_df(
         f"SELECT ts_ns, step, name, value FROM metrics WHERE run_id = ? "

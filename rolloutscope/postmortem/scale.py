@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from rolloutscope.collectors.store import RunStore
+from rolloutscope.store import RunStore
 from rolloutscope.postmortem.runs import PostmortemError, RunRef, replay_scenario
 from rolloutscope.replay import scenarios
 from rolloutscope.replay.scenario import Scenario

@@ -11,7 +11,7 @@ import threading
 import pytest
 from aiohttp import web
 
-from rolloutscope.collectors.store import RunStore
+from rolloutscope.store import RunStore
 from rolloutscope.replay.backends import BackendError
 from rolloutscope.replay.backends.openai import OpenAIBackend
 from rolloutscope.replay.runner import replay_into_store, wall_clock_driver

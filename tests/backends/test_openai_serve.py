@@ -4,7 +4,7 @@ snapshot-outlasts-deadline served by it still reproduces the incident."""
 
 from __future__ import annotations
 
-from rolloutscope.collectors.store import RunStore
+from rolloutscope.store import RunStore
 from rolloutscope.replay import compare
 from rolloutscope.replay.backends.openai import OpenAIBackend
 from rolloutscope.replay.replayer import capture_from_store, replay_run

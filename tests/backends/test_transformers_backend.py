@@ -6,7 +6,7 @@ from __future__ import annotations
 import queue
 
 from rolloutscope.cli import main
-from rolloutscope.collectors.store import RunStore
+from rolloutscope.store import RunStore
 from rolloutscope.replay import compare
 from rolloutscope.replay.backends import GenerationRequest, GenerationResult
 from tests.backends.conftest import need_engine

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rolloutscope.collectors.cli import READY_PREFIX
+from rolloutscope.cli.serve import READY_PREFIX
 from rolloutscope.collectors.client import CollectorClient
 
 HERE = Path(__file__).parent

@@ -12,7 +12,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from rolloutscope.collectors.otlp.encode import fill_attributes
-from rolloutscope.collectors.vocabulary import ResourceAttr
+from rolloutscope.vocabulary import ResourceAttr
 
 T0 = 1_700_000_000_000_000_000
 

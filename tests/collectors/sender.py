@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Status, StatusCode
 
 from rolloutscope.collectors.connect import EXPORT_TIMEOUT_S, connect
-from rolloutscope.collectors.vocabulary import Attr, ResourceAttr
+from rolloutscope.vocabulary import Attr, ResourceAttr
 
 
 def json_http_connection(endpoint: str, resource: Resource):

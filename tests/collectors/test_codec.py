@@ -13,8 +13,8 @@ from rolloutscope.collectors.otlp.encode import encode_spans, to_json
 from rolloutscope.collectors.otlp.errors import BadRequestError
 from rolloutscope.collectors.otlp.limits import DecodeLimits
 from rolloutscope.collectors.otlp.signals import Signal
-from rolloutscope.collectors.store.rows import RowBatch
-from rolloutscope.collectors.vocabulary import Attr
+from rolloutscope.store.rows import RowBatch
+from rolloutscope.vocabulary import Attr
 from tests.collectors.otlp_fixtures import span_request
 
 TABLES = ("spans", "open_spans", "span_events", "span_links")

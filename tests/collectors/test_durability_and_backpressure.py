@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rolloutscope.collectors.otlp.counters import METRIC_ACCEPTED
-from rolloutscope.collectors.store import RunStore
+from rolloutscope.store import RunStore
 from tests.collectors.conftest import run_sender, start_collector, start_sender
 
 BATCH = 200

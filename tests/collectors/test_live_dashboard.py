@@ -9,7 +9,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-from rolloutscope.collectors.cli import DASHBOARD_READY_PREFIX
+from rolloutscope.cli.serve import DASHBOARD_READY_PREFIX
 
 from .conftest import start_collector
 

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 import pytest
 
 from rolloutscope.collectors.exporter import instrument
-from rolloutscope.collectors.store import RunStore
-from rolloutscope.collectors.vocabulary import Attr, EventName, SpanName
+from rolloutscope.store import RunStore
+from rolloutscope.vocabulary import Attr, EventName, SpanName
 from tests.store.conftest import S, T0, SpanKit
 
 RUN = "run-p1"

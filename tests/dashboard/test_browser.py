@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from rolloutscope.collectors.store import RunStore
+from rolloutscope.store import RunStore
 from rolloutscope.dashboard.app import start_dashboard
 
 playwright_api = pytest.importorskip("playwright.sync_api")

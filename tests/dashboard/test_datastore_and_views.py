@@ -10,9 +10,9 @@ import pytest
 
 from rolloutscope.cli import main
 from rolloutscope.collectors.exporter import instrument
-from rolloutscope.collectors.vocabulary import Attr, SpanName
+from rolloutscope.vocabulary import Attr, SpanName
 from rolloutscope.dashboard.app import build_app, websocket_origins
-from rolloutscope.collectors.store.rows import RowBatch
+from rolloutscope.store.rows import RowBatch
 from rolloutscope.dashboard.datastore import INCIDENTS_EVERY, VIEWS, DataStore, ViewSpec
 from rolloutscope.dashboard.views import Fleet, IncidentDetail, Overview, Timeline
 from tests.store.conftest import SpanKit

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from rolloutscope.collectors.store import RunStore
+from rolloutscope.store import RunStore
 
 from .test_browser import (
     CHROMIUM,

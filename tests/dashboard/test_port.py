@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from rolloutscope.collectors.store import RunStore
+from rolloutscope.store import RunStore
 from rolloutscope.dashboard.app import DashboardPortInUse, start_dashboard
 
 

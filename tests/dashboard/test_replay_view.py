@@ -12,7 +12,7 @@ import pandas as pd
 import panel as pn
 import pytest
 
-from rolloutscope.collectors.store import RunStore
+from rolloutscope.store import RunStore
 from rolloutscope.dashboard import replay_plot as rp
 from rolloutscope.dashboard.app import build_app
 from rolloutscope.dashboard.datastore import DataStore

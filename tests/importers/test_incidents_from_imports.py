@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from rolloutscope.collectors.exporter import emit_open_marker, instrument
 from rolloutscope.collectors.importers.log_lines import parse_iso8601
-from rolloutscope.collectors.vocabulary import Attr, EventName, SpanName
+from rolloutscope.vocabulary import Attr, EventName, SpanName
 
 from .conftest import CONTROLLER_LOG, METRICS_JSONL, incidents, run_import
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from rolloutscope.collectors.store import RunStore
+from rolloutscope.store import RunStore
 
 from .conftest import OTLP_JSONL, run_import
 

@@ -8,7 +8,7 @@ import pandas as pd
 
 from rolloutscope.cli import main
 from rolloutscope.collectors.importers.log_lines import parse_iso8601
-from rolloutscope.collectors.store import RunStore
+from rolloutscope.store import RunStore
 
 from .conftest import CONTROLLER_LOG, UNTIMED_LOG, run_import
 

@@ -14,7 +14,7 @@ from rolloutscope.collectors.instrument import (
     ManualClock,
     RolloutTimeout,
 )
-from rolloutscope.collectors.vocabulary import Attr, DeadlineHolder, EventName
+from rolloutscope.vocabulary import Attr, DeadlineHolder, EventName
 
 from .conftest import S, T0
 

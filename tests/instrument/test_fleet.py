@@ -7,7 +7,7 @@ import json
 import pytest
 
 from rolloutscope.collectors.instrument import ObservedFleetHealth, observe_fleet_health
-from rolloutscope.collectors.vocabulary import Attr, EventName, SpanName
+from rolloutscope.vocabulary import Attr, EventName, SpanName
 from rolloutscope.replay.participants.fleet_health import (
     FleetHealthConfig,
     GenerationFleetHealth,

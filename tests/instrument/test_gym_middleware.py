@@ -13,7 +13,7 @@ import pytest
 import uvicorn
 
 from rolloutscope.collectors.instrument import GymCheckpointMiddleware
-from rolloutscope.collectors.vocabulary import Attr, EventName, SpanName
+from rolloutscope.vocabulary import Attr, EventName, SpanName
 
 from .gym_app import AGENT, CK, MODEL, SSE_CHUNKS, GymState, build_app
 

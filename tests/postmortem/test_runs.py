@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rolloutscope.collectors.store import RunStore
+from rolloutscope.store import RunStore
 from rolloutscope.postmortem import runs
 from rolloutscope.replay import scenarios
 from rolloutscope.replay.runner import replay_into_store

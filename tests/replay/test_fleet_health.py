@@ -13,7 +13,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from rolloutscope.collectors.vocabulary import SERVING_STATES, ShardState, ShardTrigger
+from rolloutscope.vocabulary import SERVING_STATES, ShardState, ShardTrigger
 from rolloutscope.replay.participants.fleet_health import (
     FleetHealthConfig,
     FleetHealthConfigError,

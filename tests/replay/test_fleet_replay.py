@@ -9,7 +9,7 @@ import hashlib
 import pytest
 
 from rolloutscope.cli import main as cli_main
-from rolloutscope.collectors.store import RunStore
+from rolloutscope.store import RunStore
 from rolloutscope.replay import scenarios
 from rolloutscope.replay.errors import ScenarioError
 from rolloutscope.replay.participants.fleet_health import GenerationFleetHealth

@@ -7,7 +7,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from rolloutscope.collectors.vocabulary import (
+from rolloutscope.vocabulary import (
     CheckpointPhase,
     DeadlineHolder,
     DeadlineKind,

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from rolloutscope.cli import main as cli_main
-from rolloutscope.collectors.store import RunStore
+from rolloutscope.store import RunStore
 from rolloutscope.replay import scenarios
 from rolloutscope.replay.engine import PacedDriver, Scheduler
 from rolloutscope.replay.errors import ScenarioError, UnknownVariantError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rolloutscope.collectors.vocabulary import RouterOutcome
+from rolloutscope.vocabulary import RouterOutcome
 from rolloutscope.replay.participants.fleet_health import (
     FleetHealthConfig,
     GenerationFleetHealth,

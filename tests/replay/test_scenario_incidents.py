@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rolloutscope.collectors.store import RunStore
+from rolloutscope.store import RunStore
 from rolloutscope.replay.runner import replay_into_store
 from rolloutscope.replay.scenarios import get
 

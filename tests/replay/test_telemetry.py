@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Status, StatusCode
 
 from rolloutscope.collectors.exporter import emit_open_marker
-from rolloutscope.collectors.vocabulary import Attr, ResourceAttr
+from rolloutscope.vocabulary import Attr, ResourceAttr
 from rolloutscope.replay.telemetry import VIRTUAL_EPOCH_NS, SeededIdGenerator, Telemetry
 
 RUN, SCENARIO, SEED = "run-1", "scenario-1", 7

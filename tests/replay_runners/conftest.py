@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rolloutscope.collectors.store import RunStore
+from rolloutscope.store import RunStore
 from rolloutscope.replay.runner import replay_into_store
 from rolloutscope.replay.scenarios import get
 

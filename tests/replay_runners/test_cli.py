@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from rolloutscope.cli import main
-from rolloutscope.collectors.store import RunStore
+from rolloutscope.store import RunStore
 
 
 def test_replay_with_a_fix_writes_the_new_run_and_an_html_report(capture_path, tmp_path,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from rolloutscope.collectors.store import RunStore
+from rolloutscope.store import RunStore
 from rolloutscope.replay import compare
 from rolloutscope.replay.errors import ReplayError
 from rolloutscope.replay.replayer import capture_from_store, replay_run

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from rolloutscope.collectors.store import RunStore
+from rolloutscope.store import RunStore
 from rolloutscope.replay import compare
 from rolloutscope.replay.extract import ExtractionError, extract_scenario
 from rolloutscope.replay.replayer import capture_from_store, replay_run
 from rolloutscope.replay.scenarios import get
-from rolloutscope.collectors.vocabulary import RunSource
+from rolloutscope.vocabulary import RunSource
 
 INCIDENT_SCENARIOS = ["snapshot-outlasts-deadline", "lost-reply", "prepare-blocked-by-streaming",
                       "worker-lost-in-commit", "lease-expiry", "chaos-kill-serving",

@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from rolloutscope.collectors.exporter import Instrumentation, instrument
-from rolloutscope.collectors.store import RunStore
+from rolloutscope.store import RunStore
 
 T0 = 1_800_000_000 * 10**9  # a fixed epoch, so expected rows can be written as offsets
 S = 10**9

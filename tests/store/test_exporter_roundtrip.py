@@ -11,8 +11,8 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from rolloutscope.collectors.exporter import instrument
-from rolloutscope.collectors.store import RunStore
-from rolloutscope.collectors.vocabulary import Attr
+from rolloutscope.store import RunStore
+from rolloutscope.vocabulary import Attr
 
 from .conftest import S, T0
 

@@ -7,10 +7,11 @@ import json
 import pandas as pd
 import pytest
 
-from rolloutscope.cli import INCIDENT_KINDS, main
-from rolloutscope.collectors.store import RowBatch
-from rolloutscope.collectors.store import views as store_views
-from rolloutscope.collectors.vocabulary import Attr, EventName, SpanName
+from rolloutscope.cli import main
+from rolloutscope.cli.runs import INCIDENT_KINDS
+from rolloutscope.store import RowBatch
+from rolloutscope.store import views as store_views
+from rolloutscope.vocabulary import Attr, EventName, SpanName
 
 from .conftest import S, T0
 
@@ -315,7 +316,7 @@ def test_the_cli_prints_incidents_as_json_and_filters_by_kind(kit, store_path, c
 
 @pytest.mark.parametrize("kind", INCIDENT_KINDS)
 def test_each_incident_view_has_the_common_columns(kind, store_path):
-    from rolloutscope.collectors.store import RunStore
+    from rolloutscope.store import RunStore
 
     with RunStore(store_path) as store:
         cols = list(store.query_df(f"SELECT * FROM {kind} LIMIT 0").columns)

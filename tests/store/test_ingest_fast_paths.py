@@ -4,8 +4,8 @@ exactly as the keyword one does."""
 
 from __future__ import annotations
 
-from rolloutscope.collectors.store import RowBatch, RunStore
-from rolloutscope.collectors.vocabulary import Attr
+from rolloutscope.store import RowBatch, RunStore
+from rolloutscope.vocabulary import Attr
 
 
 def _spans(run_id: str, *bounds: tuple[int, int | None]) -> RowBatch:

@@ -6,7 +6,7 @@ import json
 
 import pandas as pd
 
-from rolloutscope.collectors.vocabulary import Attr, EventName, SpanName
+from rolloutscope.vocabulary import Attr, EventName, SpanName
 
 from .conftest import S, T0
 

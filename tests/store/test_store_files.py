@@ -9,7 +9,7 @@ import threading
 import duckdb
 import pytest
 
-from rolloutscope.collectors.store import (
+from rolloutscope.store import (
     NotARunStoreError,
     QueueFullError,
     ReadOnlyStoreError,
@@ -19,7 +19,7 @@ from rolloutscope.collectors.store import (
     StoreBusyError,
     StoreError,
 )
-from rolloutscope.collectors.store.schema import SCHEMA_VERSION
+from rolloutscope.store.schema import SCHEMA_VERSION
 
 
 def _span_batch(n: int, *, run_id: str = "r", prefix: str = "0") -> RowBatch:
@@ -87,7 +87,7 @@ def test_a_read_only_store_refuses_writes(store_path):
 def test_a_second_process_cannot_open_a_file_being_written(store_path):
     with RunStore(store_path):
         code = ("import sys\n"
-                "from rolloutscope.collectors.store import RunStore, StoreBusyError\n"
+                "from rolloutscope.store import RunStore, StoreBusyError\n"
                 "try:\n"
                 f"    RunStore({str(store_path)!r}, read_only=True)\n"
                 "except StoreBusyError as e:\n"

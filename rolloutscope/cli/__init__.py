@@ -1,0 +1,68 @@
+"""The ``rolloutscope`` command line.
+
+Each package contributes its subcommands through a ``register(subparsers)`` function in the
+module named in ``COMMAND_MODULES``; a handler returns the process exit code. Errors that are the
+user's (a bad path, a file that is not a run store) print one line and exit 2; they never print
+a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from rolloutscope import __version__
+from rolloutscope.errors import InputError
+
+# Modules that add subcommands, in help order.
+COMMAND_MODULES: tuple[str, ...] = (
+    "rolloutscope.cli.runs",
+    "rolloutscope.cli.serve",
+    "rolloutscope.cli.imports",
+    "rolloutscope.cli.dashboard",
+    "rolloutscope.cli.scenario",
+    "rolloutscope.cli.replay",
+    "rolloutscope.cli.demo",
+)
+
+
+class UsageError(InputError):
+    """A problem with an option on the command line; printed without a traceback."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rolloutscope",
+        description="Observability and replay workbench for large RL training runs.")
+    parser.add_argument("--version", action="version", version=f"rolloutscope {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from rolloutscope.store import StoreError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(handler(args) or 0)
+    except (InputError, StoreError, FileNotFoundError) as exc:
+        print(f"rolloutscope {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # output piped into head & co.
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""``rolloutscope dashboard RUN.duckdb``: the read-only dashboard over a finished run."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rolloutscope.dashboard.defaults import DEFAULT_ADDRESS, DEFAULT_PORT
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a TCP port")
+    return value
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from rolloutscope.collectors.service import is_loopback
+    from rolloutscope.store import RunStore
+    from rolloutscope.dashboard.app import serve_dashboard
+
+    if not is_loopback(args.address):
+        print(f"rolloutscope dashboard: serving on {args.address}, reachable beyond this "
+              "machine; the dashboard has no authentication", file=sys.stderr)
+    with RunStore(args.run, read_only=True) as store:
+        if args.run_id is not None and args.run_id not in store.run_ids():
+            from rolloutscope.cli import UsageError
+
+            raise UsageError(f"no run {args.run_id!r} in {store.path}")
+        serve_dashboard(store, port=args.port, address=args.address, live=False,
+                        show=not args.no_browser, run_id=args.run_id,
+                        on_ready=lambda url: print(f"dashboard: {url}", flush=True))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("dashboard", help="read-only dashboard over a finished run")
+    p.add_argument("run", help="run store (.duckdb file or run directory)")
+    p.add_argument("--port", type=_port, default=DEFAULT_PORT,
+                   help=f"port to serve on (default {DEFAULT_PORT}; 0 picks a free one)")
+    p.add_argument("--address", default=DEFAULT_ADDRESS,
+                   help=f"address to bind (default {DEFAULT_ADDRESS})")
+    p.add_argument("--run-id", default=None, help="run to show when the file holds several")
+    p.add_argument("--no-browser", action="store_true", help="do not open a browser")
+    p.set_defaults(handler=cmd_dashboard)

@@ -1,0 +1,125 @@
+"""``rolloutscope info`` and ``rolloutscope incidents``: what a run store holds."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime
+
+from rolloutscope.cli import UsageError
+from rolloutscope.vocabulary import IncidentKind
+
+
+def _fmt_ns(ns: int | None) -> str:
+    if ns is None:
+        return "-"
+    return datetime.fromtimestamp(ns / 1e9, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from rolloutscope.store import RunStore
+
+    with RunStore(args.run, read_only=True) as store:
+        runs = store.query(
+            """SELECT r.run_id, r.source, r.scenario, r.parent_run_id,
+                      coalesce(s.n, 0), s.first_ns, s.last_ns
+               FROM runs r
+               LEFT JOIN (SELECT run_id, count(*) AS n, min(start_ns) AS first_ns,
+                                 max(coalesce(end_ns, start_ns)) AS last_ns
+                          FROM spans GROUP BY run_id) s USING (run_id)
+               ORDER BY r.run_id""")
+        print(f"{store.path}")
+        if not runs:
+            print("  no runs")
+            return 0
+        for run_id, source, scenario, parent, n, first, last in runs:
+            span = (last - first) / 1e9 if first is not None and last is not None else 0.0
+            extra = f" scenario={scenario}" if scenario else ""
+            extra += f" parent={parent}" if parent else ""
+            print(f"run {run_id}  source={source}{extra}")
+            print(f"  spans {n:,}  from {_fmt_ns(first)} to {_fmt_ns(last)} ({span:,.1f} s)")
+            counts = store.query(
+                "SELECT name, count(*) AS n FROM spans WHERE run_id = ? "
+                "GROUP BY name ORDER BY n DESC, name", [run_id])
+            width = max((len(name) for name, _ in counts), default=0)
+            for name, count in counts:
+                print(f"    {name:<{width}}  {count:>10,}")
+            open_count = store.query("SELECT count(*) FROM open_spans WHERE run_id = ?",
+                                     [run_id])[0][0]
+            if open_count:
+                print(f"  open intervals {open_count:,}")
+    return 0
+
+
+INCIDENT_KINDS: tuple[str, ...] = tuple(k.value for k in IncidentKind)  # from the vocabulary
+
+
+def cmd_incidents(args: argparse.Namespace) -> int:
+    import json
+
+    from rolloutscope.store import RunStore
+
+    unknown = sorted(set(args.kind) - set(INCIDENT_KINDS))
+    if unknown:
+        raise UsageError(f"unknown incident kind(s) {', '.join(unknown)}; "
+                         f"known: {', '.join(INCIDENT_KINDS)}")
+    sql = ("SELECT i.*, (i.start_ns - t.start_ns) / 1e9 AS start_s FROM incidents i "
+           "LEFT JOIN run_thresholds t USING (run_id) WHERE 1 = 1")
+    params: list[object] = []
+    if args.kind:
+        sql += f" AND i.kind IN ({', '.join('?' for _ in args.kind)})"
+        params.extend(args.kind)
+    if args.run_id:
+        sql += " AND i.run_id = ?"
+        params.append(args.run_id)
+    sql += " ORDER BY i.run_id, i.start_ns, i.kind"
+    with RunStore(args.run, read_only=True) as store:
+        df = store.query_df(sql, params)
+    records = []
+    for row in df.itertuples(index=False):
+        records.append({
+            "run_id": row.run_id, "incident_id": row.incident_id, "kind": row.kind,
+            "severity": row.severity, "start_ns": _int(row.start_ns), "end_ns": _int(row.end_ns),
+            "start_s": None if _missing(row.start_s) else round(float(row.start_s), 3),
+            "subject": row.subject, "summary": row.summary,
+            "evidence": [str(x) for x in (row.evidence if row.evidence is not None else [])],
+            "caused_by": None if _missing(row.caused_by) else row.caused_by,
+        })
+    if args.json:
+        print(json.dumps(records, indent=2))
+        return 0
+    if not records:
+        print("no incidents")
+        return 0
+    for rec in records:
+        start = "-" if rec["start_s"] is None else f"{rec['start_s']:.1f}s"
+        cause = f"  (caused by {rec['caused_by']})" if rec["caused_by"] else ""
+        print(f"{rec['incident_id']:<15} {rec['severity']:<8} {start:>9}  {rec['kind']:<28} "
+              f"{rec['subject']}{cause}")
+        print(f"{'':<15} {rec['summary']}")
+    return 0
+
+
+def _missing(value: object) -> bool:
+    import pandas as pd
+
+    return value is None or bool(pd.isna(value))
+
+
+def _int(value: object) -> int | None:
+    return None if _missing(value) else int(value)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    info = sub.add_parser("info", help="summarise a run store: runs, span counts, time range")
+    info.add_argument("run", help="run store (.duckdb file or run directory)")
+    info.set_defaults(handler=cmd_info)
+
+    inc = sub.add_parser("incidents", help="list the incidents detected in a run store")
+    inc.add_argument("run", help="run store (.duckdb file or run directory)")
+    inc.add_argument("--json", action="store_true", help="print a JSON array of incident rows")
+    inc.add_argument("--kind", action="append", default=[], metavar="KIND",
+                     help="only this kind (repeatable): " + ", ".join(INCIDENT_KINDS))
+    inc.add_argument("--run-id", help="only this run of the store")
+    inc.set_defaults(handler=cmd_incidents)
+
+

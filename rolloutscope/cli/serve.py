@@ -1,0 +1,129 @@
+"""``rolloutscope serve``: the collector process."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from rolloutscope.cli import UsageError
+from rolloutscope.collectors.otlp.limits import MiB, DecodeLimits
+from rolloutscope.collectors.query import QueryLimits
+from rolloutscope.collectors.service import (
+    DEFAULT_GRPC_PORT,
+    DEFAULT_HOST,
+    DEFAULT_HTTP_PORT,
+    BindRefusedError,
+    CollectorConfig,
+    CollectorService,
+    Endpoints,
+)
+
+READY_PREFIX = "rolloutscope collector ready "
+
+
+def read_token(path: str | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        token = Path(path).read_text().strip()
+    except OSError as exc:
+        raise UsageError(f"cannot read token file {path}: {exc.strerror}") from None
+    if not token:
+        raise UsageError(f"token file {path} is empty")
+    if any(c.isspace() for c in token) or not token.isprintable():
+        raise UsageError(f"token file {path} must hold one token without spaces")
+    return token
+
+
+def config_from_args(args: argparse.Namespace) -> CollectorConfig:
+    try:
+        return CollectorConfig(
+            db_path=Path(args.db), host=args.host, http_port=args.otlp_http_port,
+            grpc_port=args.otlp_grpc_port, token=read_token(args.token_file),
+            limits=DecodeLimits(max_body_bytes=int(args.max_body_mib * MiB),
+                                max_decoded_bytes=int(args.max_decoded_mib * MiB),
+                                max_attributes=args.max_attributes,
+                                max_attribute_value_bytes=args.max_attribute_value_bytes),
+            query=QueryLimits(timeout_s=args.query_timeout_s),
+            max_queued_rows=args.max_queued_rows, retry_after_s=args.retry_after_s)
+    except (BindRefusedError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+DASHBOARD_READY_PREFIX = "rolloutscope dashboard ready "
+
+
+async def _serve(config: CollectorConfig, *, dashboard_port: int | None) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    service = CollectorService(config)
+
+    async def ready(endpoints: Endpoints) -> None:
+        # one machine-readable line; tests and scripts wait for it
+        print(f"{READY_PREFIX}http={endpoints.http} grpc={endpoints.grpc} db={config.db_path}",
+              flush=True)
+        if dashboard_port is not None:
+            # the live dashboard reads the store in this process: DuckDB admits no second
+            # process while the collector writes. It always binds loopback (it has no token).
+            from rolloutscope.dashboard.app import start_dashboard
+
+            try:
+                dashboard = await asyncio.to_thread(start_dashboard, service.store,
+                                                    port=dashboard_port, live=True)
+            except OSError as exc:  # collecting matters more than the view of it
+                print(f"rolloutscope serve: live dashboard not started: {exc}", file=sys.stderr,
+                      flush=True)
+                return
+            service.join(dashboard.stop)
+            print(f"{DASHBOARD_READY_PREFIX}{dashboard.url}", flush=True)
+
+    await service.run(stop, on_ready=ready)
+    print("rolloutscope collector stopped; everything received is committed", flush=True)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(_serve(config, dashboard_port=None if args.no_dashboard
+                           else args.dashboard_port))
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {config.host}: {exc}") from None
+    return 0
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port (0 picks a free one)")
+    return value
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="collect OTLP traces, metrics and logs into a run store")
+    p.add_argument("--db", required=True, help="run store file (created if missing)")
+    p.add_argument("--otlp-http-port", type=_port, default=DEFAULT_HTTP_PORT)
+    p.add_argument("--otlp-grpc-port", type=_port, default=DEFAULT_GRPC_PORT)
+    p.add_argument("--host", default=DEFAULT_HOST,
+                   help="address to bind (a non-loopback one needs --token-file)")
+    p.add_argument("--token-file", help="file holding the bearer token every request must carry")
+    d = DecodeLimits()
+    p.add_argument("--max-body-mib", type=float, default=d.max_body_bytes / MiB)
+    p.add_argument("--max-decoded-mib", type=float, default=d.max_decoded_bytes / MiB)
+    p.add_argument("--max-attributes", type=int, default=d.max_attributes)
+    p.add_argument("--max-attribute-value-bytes", type=int, default=d.max_attribute_value_bytes)
+    p.add_argument("--max-queued-rows", type=int, default=CollectorConfig.max_queued_rows,
+                   help="rows waiting for commit before senders get 429 / RESOURCE_EXHAUSTED")
+    p.add_argument("--retry-after-s", type=float, default=CollectorConfig.retry_after_s)
+    p.add_argument("--query-timeout-s", type=float, default=QueryLimits().timeout_s)
+    p.add_argument("--dashboard-port", type=_port, default=5006,
+                   help="live dashboard on 127.0.0.1 at this port (0 picks a free one)")
+    p.add_argument("--no-dashboard", action="store_true", help="collect only")
+    p.set_defaults(handler=cmd_serve)

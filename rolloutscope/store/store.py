@@ -1,0 +1,233 @@
+"""RunStore: the one owner of a run's DuckDB file in this process.
+
+Rule: one ``RunStore`` per file per process. It owns the DuckDB connection and lends a fresh
+cursor to each caller (DuckDB cursors are cheap duplicate connections, safe across threads), and
+it owns the single ``StoreWriter`` that appends. Readers in *other* processes open a finished
+file read-only; while a collector writes, they go through its query endpoint instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
+
+from rolloutscope.store import views as _views
+from rolloutscope.store.errors import (
+    NotARunStoreError,
+    ReadOnlyStoreError,
+    SchemaVersionError,
+    StoreError,
+    translate,
+)
+from rolloutscope.store.schema import DDL, SCHEMA_VERSION
+from rolloutscope.vocabulary import RunSource
+
+DEFAULT_FILE_NAME = "run.duckdb"
+
+
+def resolve_path(path: str | Path) -> Path:
+    """A run is a ``.duckdb`` file, or a directory holding ``run.duckdb``."""
+    p = Path(path)
+    if p.is_dir() or (not p.suffix and not p.exists()):
+        return p / DEFAULT_FILE_NAME
+    return p
+
+
+class RunStore:
+    """A run store file, opened for writing (creating it if needed) or read-only."""
+
+    def __init__(self, path: str | Path, *, read_only: bool = False, threads: int | None = None):
+        self.path = resolve_path(path)
+        self.read_only = read_only
+        self._lock = threading.Lock()
+        self._writer = None
+        # a read-only file whose stored views are older than this version gets the current
+        # ones as temporary views; those live per connection, so each thread keeps one cursor
+        self._temp_views = False
+        self._local = threading.local()
+        self._thread_cursors: list[duckdb.DuckDBPyConnection] = []
+        if read_only and not self.path.exists():
+            raise StoreError(f"{self.path} does not exist")
+        if not read_only:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        config = {"threads": threads} if threads else {}
+        try:
+            self._con = duckdb.connect(str(self.path), read_only=read_only, config=config)
+        except duckdb.Error as exc:
+            raise translate(exc, path=str(self.path)) from exc
+        try:
+            self._check_or_create_schema()
+        except BaseException:
+            self._con.close()
+            raise
+
+    # -- opening ---------------------------------------------------------------------------
+    @classmethod
+    def open(cls, path: str | Path, *, read_only: bool = False, **kw: Any) -> RunStore:
+        return cls(path, read_only=read_only, **kw)
+
+    def _check_or_create_schema(self) -> None:
+        con = self._con
+        has_meta = bool(con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'store_meta'"
+        ).fetchall()[0][0])
+        if has_meta:
+            rows = con.execute(
+                "SELECT value FROM store_meta WHERE key = 'schema_version'").fetchall()
+            if not rows:
+                raise NotARunStoreError(str(self.path), "no schema_version in store_meta")
+            found = int(rows[0][0])
+            if found > SCHEMA_VERSION:
+                raise SchemaVersionError(str(self.path), found, SCHEMA_VERSION)
+        else:
+            n_tables = con.execute("SELECT count(*) FROM information_schema.tables").fetchall()
+            if self.read_only or n_tables[0][0]:
+                raise NotARunStoreError(str(self.path), "no store_meta table")
+        if self.read_only:
+            if not _views.installed_current(con):
+                _views.install(con, temporary=True)  # shadow the file's older definitions
+                self._temp_views = True
+            return
+        con.execute("BEGIN")
+        for stmt in DDL:
+            con.execute(stmt)
+        con.execute("INSERT OR REPLACE INTO store_meta VALUES ('schema_version', ?)",
+                    [str(SCHEMA_VERSION)])
+        _views.install(con, temporary=False)
+        con.execute("COMMIT")
+
+    # -- reading ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A cursor of this store's connection for the caller's thread; closed afterwards."""
+        if self._temp_views:
+            cur = getattr(self._local, "cursor", None)
+            if cur is None:
+                cur = self._local.cursor = self._con.cursor()
+                _views.install(cur, temporary=True)
+                with self._lock:
+                    self._thread_cursors.append(cur)
+            try:
+                yield cur
+            except duckdb.Error as exc:
+                raise translate(exc, path=str(self.path)) from exc
+            return
+        cur = self._con.cursor()
+        try:
+            yield cur
+        except duckdb.Error as exc:
+            raise translate(exc, path=str(self.path)) from exc
+        finally:
+            cur.close()
+
+    def query_df(self, sql: str, params: Sequence[Any] | None = None) -> pd.DataFrame:
+        with self.cursor() as cur:
+            return cur.execute(sql, params or []).df()
+
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
+        with self.cursor() as cur:
+            return cur.execute(sql, params or []).fetchall()
+
+    def view(self, name: str, *, run_id: str | None = None) -> pd.DataFrame:
+        """A model or incident view as a DataFrame, optionally for one run."""
+        if name not in _views.names():
+            raise StoreError(f"unknown view {name!r}; known: {', '.join(sorted(_views.names()))}")
+        if run_id is None:
+            return self.query_df(f"SELECT * FROM {name}")  # name is from the allowlist
+        return self.query_df(f"SELECT * FROM {name} WHERE run_id = ?", [run_id])
+
+    def run_ids(self) -> list[str]:
+        return [r[0] for r in self.query(
+            "SELECT run_id FROM (SELECT run_id FROM runs UNION SELECT DISTINCT run_id FROM spans) "
+            "WHERE run_id IS NOT NULL ORDER BY run_id")]
+
+    def run_config(self, run_id: str) -> dict[str, Any]:
+        rows = self.query("SELECT config FROM runs WHERE run_id = ?", [run_id])
+        return json.loads(rows[0][0]) if rows and rows[0][0] else {}
+
+    # -- writing ---------------------------------------------------------------------------
+    def register_run(
+        self, run_id: str, *, source: RunSource | str = RunSource.LIVE,
+        parent_run_id: str | None = None, scenario: str | None = None,
+        variants: Sequence[str] = (), seed: int | None = None,
+        config: Mapping[str, Any] | None = None, metadata: Mapping[str, Any] | None = None,
+        origin_ns: int | None = None,
+    ) -> None:
+        """Record (or update) a run and the config it used; detectors read thresholds here.
+
+        ``origin_ns`` is the run's clock origin where it has one (a replay's epoch): readers
+        count seconds from it (``run_thresholds.origin_ns``), else from the first time seen."""
+        self._require_writable()
+        if origin_ns is not None:
+            metadata = {**(metadata or {}), "origin_ns": int(origin_ns)}
+        source = RunSource(source).value
+        with self.cursor() as cur:
+            cur.execute(
+                """INSERT INTO runs (run_id, source, parent_run_id, scenario, variants, seed,
+                                     config, metadata, created_ns)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (run_id) DO UPDATE SET
+                     source = excluded.source,
+                     parent_run_id = coalesce(excluded.parent_run_id, runs.parent_run_id),
+                     scenario = coalesce(excluded.scenario, runs.scenario),
+                     variants = excluded.variants,
+                     seed = coalesce(excluded.seed, runs.seed),
+                     config = coalesce(excluded.config, runs.config),
+                     metadata = coalesce(excluded.metadata, runs.metadata)""",
+                [run_id, source, parent_run_id, scenario, json.dumps(list(variants)), seed,
+                 json.dumps(dict(config)) if config is not None else None,
+                 json.dumps(dict(metadata)) if metadata is not None else None,
+                 time.time_ns()])
+
+    def writer(self, **kw: Any):
+        """The store's one writer (created on first use; keyword options apply then)."""
+        from rolloutscope.store.writer import StoreWriter
+
+        self._require_writable()
+        with self._lock:
+            if self._writer is None or self._writer.closed:
+                self._writer = StoreWriter(self, **kw)
+            return self._writer
+
+    def _require_writable(self) -> None:
+        if self.read_only:
+            raise ReadOnlyStoreError(f"{self.path} is open read-only")
+
+    def raw_connection(self) -> duckdb.DuckDBPyConnection:
+        """The owned connection, for the writer only."""
+        return self._con
+
+    def close(self) -> None:
+        """Drain and stop the writer, drop markers of spans that did end, close the file."""
+        with self._lock:
+            writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
+        if not self.read_only:
+            with contextlib.suppress(duckdb.Error):
+                self._con.execute(
+                    "DELETE FROM open_spans o WHERE EXISTS "
+                    "(SELECT 1 FROM spans s WHERE s.span_id = o.span_id "
+                    " AND s.trace_id = o.trace_id)")
+                self._con.execute("CHECKPOINT")
+        for cur in self._thread_cursors:
+            cur.close()
+        self._con.close()
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_store(path: str | Path, *, read_only: bool = False) -> RunStore:
+    return RunStore(path, read_only=read_only)

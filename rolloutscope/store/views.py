@@ -1,0 +1,63 @@
+"""The store's SQL views: the contract between collectors, dashboard, notebooks and replay.
+
+Each view is one file in ``sql/``, named ``NN_<view>.sql`` (NN orders creation, since later views
+read earlier ones) and headed by a comment saying what the view means. A writable store persists
+the views in the file, with a digest of their text; a read-only open of a file whose persisted
+views differ from this version's creates them as temporary views that shadow the stored ones, so
+readers always see the current definitions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from functools import cache
+from importlib import resources
+
+import duckdb
+
+_NAME = re.compile(r"^\d\d_([a-z_]+)\.sql$")
+_CREATE = re.compile(r"CREATE\s+OR\s+REPLACE\s+VIEW\s+([a-z_]+)\s+AS", re.IGNORECASE)
+
+
+@cache
+def definitions() -> tuple[tuple[str, str], ...]:
+    """(view name, SQL text) in creation order."""
+    folder = resources.files("rolloutscope.store") / "sql"
+    out = []
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        m = _NAME.match(entry.name)
+        if not m:
+            continue
+        text = entry.read_text()
+        declared = _CREATE.search(text)
+        if not declared or declared.group(1) != m.group(1):
+            raise RuntimeError(f"{entry.name} must define exactly the view {m.group(1)}")
+        out.append((m.group(1), text))
+    return tuple(out)
+
+
+def names() -> frozenset[str]:
+    return frozenset(name for name, _ in definitions())
+
+
+def digest() -> str:
+    h = hashlib.sha256()
+    for name, text in definitions():
+        h.update(name.encode())
+        h.update(text.encode())
+    return h.hexdigest()[:16]
+
+
+def installed_current(con: duckdb.DuckDBPyConnection) -> bool:
+    rows = con.execute("SELECT value FROM store_meta WHERE key = 'views_digest'").fetchall()
+    return bool(rows) and rows[0][0] == digest()
+
+
+def install(con: duckdb.DuckDBPyConnection, *, temporary: bool) -> None:
+    for _, text in definitions():
+        if temporary:
+            text = _CREATE.sub(lambda m: f"CREATE OR REPLACE TEMP VIEW {m.group(1)} AS", text, 1)
+        con.execute(text)
+    if not temporary:
+        con.execute("INSERT OR REPLACE INTO store_meta VALUES ('views_digest', ?)", [digest()])

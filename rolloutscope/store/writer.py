@@ -1,0 +1,313 @@
+"""StoreWriter: the single appender of a run store, with group commit and a bounded queue.
+
+Any thread may ``submit`` a ``RowBatch``; one writer thread appends everything queued, table by
+table through Arrow (never row-by-row), in one transaction, and then completes each batch's
+``Commit``. A commit happens when the rows gathered reach ``max_rows`` or the oldest gathered
+batch is ``max_delay_ms`` old, whichever comes first. A completed ``Commit`` means the rows are
+in the file (DuckDB's WAL), so a caller that waits for it before acknowledging never loses
+acknowledged data to a crash.
+
+The queue is bounded in rows: ``submit`` raises ``QueueFullError`` instead of buffering without
+bound, so the caller can apply backpressure (the collector answers 429) or count a drop (the
+in-process exporter).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rolloutscope.store.errors import QueueFullError, StoreError, translate
+from rolloutscope.store.rows import RowBatch
+from rolloutscope.store.schema import BATCH_TABLES
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_ROWS = 50_000
+DEFAULT_MAX_DELAY_MS = 50
+DEFAULT_MAX_QUEUED_ROWS = 2_000_000
+
+# DuckDB checkpoints the WAL into the file once it exceeds this. At DuckDB's default (16 MB,
+# about 45k spans) every checkpoint recompresses the table's last, partly filled row group
+# (122,880 rows), which doubled the CPU per appended span and left the file twice the size.
+# At 128 MB a checkpoint covers a few whole row groups; what it costs is memory for the
+# un-checkpointed rows and up to 128 MB of WAL to replay after a crash.
+CHECKPOINT_THRESHOLD = "128MB"
+
+
+class Commit:
+    """Completion of one submitted batch: ``wait()`` returns once it is committed or failed."""
+
+    __slots__ = ("_event", "error", "rows")
+
+    def __init__(self, rows: int) -> None:
+        self._event = threading.Event()
+        self.error: StoreError | None = None
+        self.rows = rows
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """True when committed; False on timeout; raises the store error if the commit failed."""
+        if not self._event.wait(timeout):
+            return False
+        if self.error is not None:
+            raise self.error
+        return True
+
+    @property
+    def done(self) -> bool:
+        return self._event.is_set()
+
+    def _finish(self, error: StoreError | None = None) -> None:
+        self.error = error
+        self._event.set()
+
+
+@dataclass
+class WriterStats:
+    submitted_rows: int = 0
+    committed_rows: int = 0
+    rejected_rows: int = 0
+    failed_rows: int = 0
+    commits: int = 0
+    last_commit_ms: float = 0.0
+
+
+class StoreWriter:
+    def __init__(self, store, *, max_rows: int = DEFAULT_MAX_ROWS,
+                 max_delay_ms: float = DEFAULT_MAX_DELAY_MS,
+                 max_queued_rows: int = DEFAULT_MAX_QUEUED_ROWS) -> None:
+        self._store = store
+        self._con = store.raw_connection().cursor()
+        self._con.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
+        self.max_rows = max_rows
+        self.max_delay_s = max_delay_ms / 1000.0
+        self.max_queued_rows = max_queued_rows
+        self._queue: deque[tuple[RowBatch, Commit, float]] = deque()
+        self._queued_rows = 0
+        self._cond = threading.Condition()
+        self._closing = False
+        self.closed = False
+        self.stats = WriterStats()
+        self._submitted_seq = 0
+        self._committed_seq = 0  # every batch with seq <= this is committed or failed
+        self._open_markers = self._con.execute("SELECT count(*) FROM open_spans").fetchall()[0][0]
+        # run_id -> (first, last) seen that this writer has committed to ``runs``: the stored
+        # bounds cover these, so a commit inside them need not touch the row
+        self._run_bounds: dict[str, tuple[int, int]] = {}
+        self._thread = threading.Thread(target=self._run, name="rolloutscope-store-writer",
+                                        daemon=True)
+        self._thread.start()
+
+    # -- producer side ---------------------------------------------------------------------
+    def submit(self, batch: RowBatch, *, block: bool = False,
+               timeout: float | None = None) -> Commit:
+        """Queue a batch. Raises ``QueueFullError`` when the queue is full and ``block`` is
+        False (or still full after ``timeout``)."""
+        commit = Commit(batch.rows)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            if self._closing:
+                raise StoreError("writer is closed")
+            while self._queued_rows + batch.rows > self.max_queued_rows and self._queued_rows:
+                if not block:
+                    self.stats.rejected_rows += batch.rows
+                    raise QueueFullError(batch.rows, self._queued_rows, self.max_queued_rows)
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    self.stats.rejected_rows += batch.rows
+                    raise QueueFullError(batch.rows, self._queued_rows, self.max_queued_rows)
+                self._cond.wait(remaining)
+            self._submitted_seq += 1
+            self._queue.append((batch, commit, time.monotonic()))
+            self._queued_rows += batch.rows
+            self.stats.submitted_rows += batch.rows
+            self._cond.notify_all()
+        return commit
+
+    def write(self, batch: RowBatch, timeout: float | None = None) -> None:
+        """Submit and wait until committed (blocking while the queue is full)."""
+        if not self.submit(batch, block=True, timeout=timeout).wait(timeout):
+            raise StoreError("timed out waiting for the commit")
+
+    @property
+    def queued_rows(self) -> int:
+        return self._queued_rows
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until everything submitted before this call is committed (or has failed)."""
+        with self._cond:
+            target = self._submitted_seq
+            self._cond.notify_all()
+            return self._cond.wait_for(lambda: self._committed_seq >= target, timeout)
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Commit everything queued, then stop the thread."""
+        with self._cond:
+            if self.closed:
+                return
+            self._closing = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+        self.closed = True
+        self._con.close()
+
+    # -- writer thread ---------------------------------------------------------------------
+    def _gather(self) -> list[tuple[RowBatch, Commit, float]]:
+        with self._cond:
+            while not self._queue and not self._closing:
+                self._cond.wait()
+            if not self._queue:
+                return []
+            first_at = self._queue[0][2]
+            while (self._queued_rows < self.max_rows and not self._closing):
+                remaining = first_at + self.max_delay_s - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._cond.wait(remaining)
+            taken: list[tuple[RowBatch, Commit, float]] = []
+            rows = 0
+            while self._queue and (rows < self.max_rows or not taken):
+                item = self._queue.popleft()
+                taken.append(item)
+                rows += item[0].rows
+            self._queued_rows -= rows
+            self._cond.notify_all()  # wake producers blocked on a full queue
+            return taken
+
+    def _run(self) -> None:
+        while True:
+            taken = self._gather()
+            if not taken:
+                return
+            error: StoreError | None = None
+            try:
+                self._commit([b for b, _, _ in taken])
+            except Exception as exc:  # noqa: BLE001 - reported to every waiter, never raised
+                error = exc if isinstance(exc, StoreError) else _as_store_error(exc)
+                log.error("store commit of %d batch(es) failed: %s", len(taken), error)
+                try:
+                    self._con.execute("ROLLBACK")
+                except duckdb.Error:
+                    pass
+            rows = sum(c.rows for _, c, _ in taken)
+            with self._cond:
+                if error is None:
+                    self.stats.committed_rows += rows
+                    self.stats.commits += 1
+                else:
+                    self.stats.failed_rows += rows
+                self._committed_seq += len(taken)
+                self._cond.notify_all()
+            for _, commit, _ in taken:
+                commit._finish(error)
+
+    def _commit(self, batches: list[RowBatch]) -> None:
+        t0 = time.perf_counter()
+        merged = batches[0]
+        if len(batches) > 1:
+            merged = RowBatch()
+            for b in batches:
+                merged.extend(b)
+        con = self._con
+        seen: dict[str, tuple[int, int]] = {}
+        con.execute("BEGIN")
+        for table in _COMMIT_ORDER:
+            arrow = merged.arrow(table)
+            if arrow is None:
+                continue
+            if table == "spans" and self._open_markers:
+                self._open_markers -= self._delete_markers_of(arrow)
+            # a relation over the Arrow table: no named registration to create and drop
+            con.from_arrow(arrow).insert_into(table)
+            if table == "open_spans":
+                self._open_markers += arrow.num_rows
+            if table in ("spans", "open_spans"):
+                for run_id, (first, last) in _run_bounds(arrow).items():
+                    known = seen.get(run_id)
+                    seen[run_id] = (first, last) if known is None else (
+                        min(first, known[0]), max(last, known[1]))
+        self._record_run_bounds(seen)
+        con.execute("COMMIT")
+        self._run_bounds.update(seen)  # only now: a rolled-back commit widened nothing
+        self.stats.last_commit_ms = (time.perf_counter() - t0) * 1000
+
+    def _delete_markers_of(self, spans: pa.Table) -> int:
+        """Drop the start markers of spans that ended; returns how many there were."""
+        con = self._con
+        con.register("_rs_ended", spans)
+        try:
+            deleted = con.execute(
+                "DELETE FROM open_spans o USING _rs_ended b "
+                "WHERE o.span_id = b.span_id AND o.trace_id = b.trace_id").fetchall()
+        finally:
+            con.unregister("_rs_ended")
+        return deleted[0][0] if deleted else 0
+
+    def _record_run_bounds(self, seen: dict[str, tuple[int, int]]) -> None:
+        """Widen each run's first/last seen to cover this commit.
+
+        A run whose bounds this writer already wrote and that the commit does not widen costs
+        nothing; a known run costs a keyed UPDATE; only a run new to this writer pays for the
+        upsert (it may exist already, registered or written by an earlier session)."""
+        con = self._con
+        for run_id, (first, last) in seen.items():
+            known = self._run_bounds.get(run_id)
+            if known is None:
+                con.execute(
+                    """INSERT INTO runs (run_id, source, first_seen_ns, last_seen_ns)
+                       VALUES (?, 'live', ?, ?)
+                       ON CONFLICT (run_id) DO UPDATE SET
+                         first_seen_ns = least(coalesce(runs.first_seen_ns,
+                                                        excluded.first_seen_ns),
+                                               excluded.first_seen_ns),
+                         last_seen_ns = greatest(coalesce(runs.last_seen_ns,
+                                                          excluded.last_seen_ns),
+                                                 excluded.last_seen_ns)""",
+                    [run_id, first, last])
+            elif first < known[0] or last > known[1]:
+                con.execute(
+                    """UPDATE runs SET first_seen_ns = least(first_seen_ns, $first),
+                                       last_seen_ns = greatest(last_seen_ns, $last)
+                       WHERE run_id = $run_id""",
+                    {"run_id": run_id, "first": first, "last": last})
+            else:
+                continue
+            if known is not None:
+                seen[run_id] = (min(first, known[0]), max(last, known[1]))
+
+
+def _run_bounds(rows: pa.Table) -> dict[str, tuple[int, int]]:
+    """run_id -> (earliest start, latest end or start) of a spans / open_spans table, in Arrow
+    compute: one run per batch is the rule, so that case skips the group-by."""
+    run_ids = rows.column("run_id")
+    starts = rows.column("start_ns")
+    ends = pc.coalesce(rows.column("end_ns"), starts)
+    if run_ids.null_count == 0:
+        unique = pc.unique(run_ids)
+        if len(unique) == 1:
+            return {unique[0].as_py(): (pc.min(starts).as_py(), pc.max(ends).as_py())}
+    grouped = pa.table({"run_id": run_ids, "first": starts, "last": ends}).group_by(
+        "run_id").aggregate([("first", "min"), ("last", "max")])
+    return {run_id: (first, last) for run_id, first, last in zip(
+        grouped.column("run_id").to_pylist(), grouped.column("first_min").to_pylist(),
+        grouped.column("last_max").to_pylist(), strict=True) if run_id is not None}
+
+
+# Start markers go in before finished spans: when a marker and its span's end arrive in the same
+# commit, the span's insert must find the marker to delete it, or a finished interval would stay
+# "open" beside its closed row.
+_COMMIT_ORDER = ("open_spans", *(t for t in BATCH_TABLES if t != "open_spans"))
+
+
+def _as_store_error(exc: Exception) -> StoreError:
+    try:
+        return translate(exc)
+    except Exception:  # noqa: BLE001 - not a DuckDB error: a bug, still reported as data
+        return StoreError(f"{type(exc).__name__}: {exc}")
