@@ -14,7 +14,7 @@ Factories are found two ways:
   is ``module:factory`` is selected with ``--participant KIND=NAME``.
 
 Fleet health is adapted, not merely checked: ``FleetHealthAdapter`` takes an object with only
-the real ``GenerationFleetHealth`` public API (DOMAIN.md §3.1-§3.5; no observer hook, no
+the real ``GenerationFleetHealth`` public API (docs/domain/fleet-health.md; no observer hook, no
 snapshot) and gives the engine the reference model's surface, recovering each state change by
 reading the shards before and after every call. A real class replays unchanged.
 """
@@ -81,7 +81,8 @@ class ProtocolMismatchError(PluginError):
 
 # -- the protocols ------------------------------------------------------------------------------
 class CheckpointParticipant(Protocol):
-    """A Gym checkpoint participant (DOMAIN.md §2.2-§2.4): one phase machine per server.
+    """A Gym checkpoint participant (docs/domain/checkpoint-protocol.md): one phase machine per
+    server.
 
     Every operation answers with a reply carrying ``ok`` and, on refusal, an error ``code``;
     a refusal is data, never an exception. ``drain_notes`` hands over what happened since the
@@ -108,7 +109,8 @@ class CheckpointParticipant(Protocol):
 
 
 class DeadlineRegistry(Protocol):
-    """``RequestDeadlineRegistry`` (DOMAIN.md §4.2): live rollout deadlines and their holders.
+    """``RequestDeadlineRegistry``: live rollout deadlines and their holders
+    (docs/domain/rollouts-and-deadlines.md#the-deadline-registry).
 
     ``add`` returns a deadline exposing ``key``, ``budget_s``, ``outcome``, ``suspended_s``,
     ``remaining_s(now)`` and ``due_at()`` (None while suspended); ``suspend``/``resume`` return
@@ -130,7 +132,7 @@ class DeadlineRegistry(Protocol):
 
 
 class FleetHealth(Protocol):
-    """``GenerationFleetHealth``'s public API (DOMAIN.md §3.1-§3.5), names unchanged.
+    """``GenerationFleetHealth``'s public API (docs/domain/fleet-health.md), names unchanged.
 
     ``shard(idx)`` returns a record with the ``ShardHealth`` fields (``state`` may be the
     implementation's own enum: its value is read). Nothing else is required: transitions, the
@@ -153,8 +155,8 @@ class FleetHealth(Protocol):
 
 
 class Router(Protocol):
-    """``GenerationRouterImpl`` as the replay drives it (DOMAIN.md §3.6): ``route`` picks a
-    backend or answers at once; ``complete`` gives the status Gym sees."""
+    """``GenerationRouterImpl`` as the replay drives it (docs/domain/fleet-health.md#router):
+    ``route`` picks a backend or answers at once; ``complete`` gives the status Gym sees."""
 
     def route(self) -> Any: ...
     def complete(self, backend: str, *, ok: bool, error: BaseException | None = None) -> Any: ...

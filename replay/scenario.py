@@ -32,7 +32,8 @@ SCHEMA_VERSION = 1
 # -- config -------------------------------------------------------------------------------------
 @dataclass(frozen=True, kw_only=True)
 class RolloutConfig:
-    """``async_rl.rollout_failure`` (DOMAIN.md §4.2, §4.4) for the Gym path."""
+    """``async_rl.rollout_failure`` for the Gym path
+    (docs/domain/rollouts-and-deadlines.md#budgets)."""
 
     rollout_timeout_s: float | None = None  # one deadline per RL try over the whole row stream
     generation_timeout_s: float | None = None  # native path; kept for the stall validator
@@ -49,7 +50,8 @@ class RolloutConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class CheckpointConfig:
-    """Gym ``checkpoint:`` block and RL ``rollout_checkpointing.gym`` (DOMAIN.md §2.8, §2.9)."""
+    """Gym ``checkpoint:`` block and RL ``rollout_checkpointing.gym``
+    (docs/domain/checkpoint-protocol.md#timeouts-and-config)."""
 
     prepare_timeout_s: float = 300.0
     lease_grace_s: float = 600.0
@@ -59,7 +61,7 @@ class CheckpointConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class WatchdogConfig:
-    """``async_rl.stall_watchdog`` (DOMAIN.md §4.6)."""
+    """``async_rl.stall_watchdog`` (docs/domain/rollouts-and-deadlines.md#stall-watchdog)."""
 
     interval_s: float = 30.0
     stall_timeout_s: float = 600.0
@@ -78,7 +80,8 @@ class TrainingConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class FleetConfig:
-    """The generation fleet and ``async_rl.generation_fleet_health`` (DOMAIN.md §3.7).
+    """The generation fleet and ``async_rl.generation_fleet_health``
+    (docs/domain/fleet-health.md#config).
 
     ``shards=0`` models no fleet: a policy call simply takes its turn's time (the part-1
     scenarios). Whether fleet health and its router are on is a variant
@@ -105,7 +108,7 @@ class FleetConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class GenerationRouterConfig:
-    """``async_rl.generation_router`` (DOMAIN.md §3.6-§3.7); on with fleet health."""
+    """``async_rl.generation_router`` (docs/domain/fleet-health.md#router); on with fleet health."""
 
     backend_timeout_s: float = 600.0
     connect_timeout_s: float = 5.0
@@ -231,7 +234,7 @@ class ControllerSilence:
 
 
 class KillState(StrEnum):
-    """Which state a shard kill is pinned to, as the seed-003 chaos harness pins it."""
+    """Which state a shard kill is pinned to, as the NVIDIA-NeMo/RL #3590 chaos harness pins it."""
 
     ANY = "any"
     IDLE = "idle"  # nothing in flight on the shard: the loss must be detected
@@ -303,7 +306,7 @@ class Faults:
     # snapshot indexes (1-based) whose commit loses a policy worker after readiness (P8)
     worker_lost_in_commit: tuple[int, ...] = ()
     controller_silences: tuple[ControllerSilence, ...] = ()
-    # the generation fleet (seed 003, DOMAIN.md §5 P3-P6, P13, P14)
+    # the generation fleet (NVIDIA-NeMo/RL #3590; P3-P6, P13, P14 in docs/domain/incidents.md)
     shard_kills: tuple[ShardKill, ...] = ()
     shard_wedges: tuple[ShardWedge, ...] = ()
     slow_shards: tuple[SlowShard, ...] = ()
@@ -328,7 +331,7 @@ class Scenario:
     control: Control = field(default_factory=Control)
     faults: Faults = field(default_factory=Faults)
     # the fixes the replayed system already has; a replay's variants add to these, and
-    # ``without`` takes them away (seed 003's merged system has all four fleet fixes)
+    # ``without`` takes them away (RL #3590's merged system has all four fleet fixes)
     fixes: tuple[Variant, ...] = ()
 
     def __post_init__(self) -> None:
@@ -403,7 +406,8 @@ def _validate(s: Scenario) -> None:
         value = getattr(ro, name)
         if value is not None and value <= 0:
             raise ScenarioError(f"config.rollout.{name}", "must be positive or null")
-        # DOMAIN.md §4.2: a stall must outlast every deadline, or the watchdog fires first
+        # a stall must outlast every deadline, or the watchdog fires first
+        # (docs/domain/rollouts-and-deadlines.md#deadlines)
         if value is not None and wd.stall_timeout_s <= value:
             raise ScenarioError("config.watchdog.stall_timeout_s",
                                 f"must exceed config.rollout.{name} ({value})")
@@ -475,7 +479,8 @@ def _validate_fleet(s: Scenario) -> None:
                             f"exceeds the {fl.shards} shard(s) of the fleet")
     ro = s.config.rollout.rollout_timeout_s
     if fl.shards and ro is not None and s.config.router.backend_timeout_s > ro:
-        # DOMAIN.md §3.6: a longer backend timeout could never fire before the group deadline
+        # a longer backend timeout could never fire before the group deadline
+        # (docs/domain/fleet-health.md#router)
         raise ScenarioError("config.router.backend_timeout_s",
                             f"must not exceed config.rollout.rollout_timeout_s ({ro})")
     groups = (("shard_kills", f.shard_kills), ("shard_wedges", f.shard_wedges),

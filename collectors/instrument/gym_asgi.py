@@ -1,4 +1,5 @@
-"""ASGI middleware that observes a Gym server's checkpoint traffic (DOMAIN.md §2, §7.2).
+"""ASGI middleware that observes a Gym server's checkpoint traffic
+(docs/domain/checkpoint-protocol.md, docs/domain/telemetry.md).
 
 Pure ASGI, no Starlette import: ``app.add_middleware(GymCheckpointMiddleware, tracer=...)`` on
 a FastAPI/Starlette app, or ``GymCheckpointMiddleware(app, ...)`` around any ASGI app.

@@ -1,7 +1,7 @@
 """An example fleet-health plug-in: a stand-alone class with only the real public API.
 
 ``GenerationFleetHealth`` here is a minimal re-implementation written the way the real one is
-used (DOMAIN.md §3.1-§3.5): the same method names and meanings, its own state enum and shard
+used (docs/domain/fleet-health.md): the same method names and meanings, its own state enum and shard
 record, no observer hook, no snapshot, nothing of rolloutscope imported. It is what a user's
 real class looks like to the replayer, and ``make_fleet_health`` is the factory a user writes
 for one: it receives the keyword arguments it names and builds the class unchanged.

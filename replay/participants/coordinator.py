@@ -1,4 +1,5 @@
-"""The controller's checkpoint coordinator (DOMAIN.md §2.2 ``coordination.py``).
+"""The controller's checkpoint coordinator (``coordination.py``;
+docs/domain/checkpoint-protocol.md#order-across-participants).
 
 Rule: prepare goes stage by stage in ``PREPARE_ORDER`` and stops at the first stage that is not
 prepared by the deadline (leaving admission closed: the caller must resume); commit and restore

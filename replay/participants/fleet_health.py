@@ -1,4 +1,5 @@
-"""Generation fleet health: which dp shards may serve, and why (DOMAIN.md §3.1-§3.5, seed 003).
+"""Generation fleet health: which dp shards may serve, and why (NVIDIA-NeMo/RL #3590;
+docs/domain/fleet-health.md).
 
 A pure state machine. It holds no handle, no network and not its own clock: the replay engine
 feeds it observations (probe results, failures reported by the generation path and drained from
@@ -55,7 +56,8 @@ class FleetHealthConfigError(ValueError):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FleetHealthConfig:
-    """``async_rl.generation_fleet_health`` (DOMAIN.md §3.7), plus one replay variant switch.
+    """``async_rl.generation_fleet_health`` (docs/domain/fleet-health.md#config), plus one replay
+    variant switch.
 
     Defaults are the real ones. With them a dead shard is condemned after three failed probes,
     about 15 s. ``selection`` and ``on_dead_shard`` accept one value each, as in the real config,
@@ -181,7 +183,8 @@ class Transition:
         return (self.previous_state in SERVING_STATES) != (self.state in SERVING_STATES)
 
     def log_line(self) -> str:
-        """The controller's own line for this transition (DOMAIN.md §3.3, §6.3)."""
+        """The controller's own line for this transition
+        (docs/domain/fleet-health.md#transitions)."""
         previous = self.previous_state.value if self.previous_state else "none"
         return f"gen_fleet: shard {self.shard} {previous} -> {self.state.value} ({self.last_error})"
 

@@ -1,4 +1,4 @@
-"""The checkpoint protocol shared by every participant kind (DOMAIN.md §2.2, §2.3, §2.10).
+"""The checkpoint protocol shared by every participant kind (docs/domain/checkpoint-protocol.md).
 
 Rule: one phase machine per participant, every phase change routed through ``_transition``::
 

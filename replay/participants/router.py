@@ -1,4 +1,6 @@
-"""The generation router NeMo-Gym talks to, as a pure model (DOMAIN.md §3.5-§3.6, §5 P4-P6).
+"""The generation router NeMo-Gym talks to, as a pure model.
+
+See docs/domain/fleet-health.md#router, and P4-P6 in docs/domain/incidents.md.
 
 Gym is handed one fixed URL, the router's, and the router picks a vLLM backend per request. This
 model makes the router's decisions and keeps its counters; the replay engine does the I/O. Per
@@ -46,7 +48,8 @@ class RouterConfigError(ValueError):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RouterConfig:
-    """``async_rl.generation_router`` (DOMAIN.md §3.7), plus one replay variant switch.
+    """``async_rl.generation_router`` (docs/domain/fleet-health.md#config), plus one replay variant
+    switch.
 
     Every real key is accepted so a real config block replays unchanged; the port range is
     validated but plays no part in a replay.

@@ -449,7 +449,7 @@ class ControllerSide:
             self.holders_changed(w.deadlines.suspend(DeadlineHolder.COLOCATED_TRAINING), True)
         if w.fleet.dead_ranks():
             # the broadcast includes a dead rank and blocks in NCCL: the sync never ends and
-            # _rollout_permitted stays cleared (seed 003, P3); both spans stay open
+            # _rollout_permitted stays cleared (P3, NVIDIA-NeMo/RL #3590); both spans stay open
             return
         w.sched.after(duration_s, self._weight_sync_done, fence, sync, colocated, version,
                       self._refit_misses.get(index, frozenset()), priority=Priority.CONTROL)
@@ -533,7 +533,8 @@ class ControllerSide:
                       priority=Priority.WATCHDOG)
 
     def _publish(self, idle_s: float) -> None:
-        """The watchdog's gauges (DOMAIN.md §3.8, §4.5, §4.6)."""
+        """The watchdog's gauges (docs/domain/rollouts-and-deadlines.md#metrics and
+        docs/domain/fleet-health.md#metrics)."""
         tel, now, step = self.w.tel, self.w.now, self.train_steps
         gauges = {"rollout/committed_total": self.committed, "rollout/inflight": len(self.active),
                   "rollout/idle_s": round(idle_s, 3), "rollout/train_steps": step,

@@ -1,6 +1,6 @@
 """The generation fleet of a replay: engines, fleet health, the router, probes, refits.
 
-Glue between the fleet participants and the engine (DOMAIN.md §3, seed 003). The simulated
+Glue between the fleet participants and the engine (docs/domain/fleet-health.md). The simulated
 engines are ground truth (alive, wedged, slow, the weights they hold); the fleet-health model and
 the router only learn what the controller's probe pump, the router's drained failures and the
 weight syncs tell them, through the real system's public method names and nothing else, so a
@@ -461,7 +461,7 @@ class FleetSide:
         if not call.ended:
             self._transport_retry(call, error)
 
-    # -- the probe pump (DOMAIN.md §3.5) ----------------------------------------------------------
+    # -- the probe pump (docs/domain/fleet-health.md#probes-and-reported-failures) ---------------
     def _probe_pump(self, interval: float) -> None:
         self.probe_tick()
         if not self.exhausted:
@@ -544,7 +544,7 @@ class FleetSide:
                 if engine.idx not in moved and engine.idx in self._stays:
                     self._restay(engine.idx)
 
-    # -- the watchdog's gauges (DOMAIN.md §3.8) ----------------------------------------------------
+    # -- the watchdog's gauges (docs/domain/fleet-health.md#metrics) -------------------------------
     def gauges(self) -> dict[str, float]:
         if not self.managed:
             return {}

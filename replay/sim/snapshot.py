@@ -1,4 +1,6 @@
-"""The RL snapshot transaction (``_prepare_and_commit_gym_checkpoint``, DOMAIN.md §2.8).
+"""The RL snapshot transaction (``_prepare_and_commit_gym_checkpoint``).
+
+See docs/domain/checkpoint-protocol.md#the-controllers-snapshot-transaction.
 
 Close the Gym admission fence, flush ACKs, prepare stage by stage with a deadline, commit (the
 export and write take the attempt's ``commit_s``), publish, then resume (or abort) and reopen

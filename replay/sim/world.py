@@ -70,7 +70,7 @@ class World:
             ParticipantKind.ENVIRONMENT: [self.environment], ParticipantKind.MODEL: [self.model],
             ParticipantKind.AGENT: [self.agent], ParticipantKind.RESOURCES: [self.resources]},
             clock)
-        # the seed-004 fix needs counted holders: a flag would let a snapshot ending during a
+        # the fix P1 needs counted holders: a flag would let a snapshot ending during a
         # training switch restart that switch's clocks early
         counted = bool({Variant.COUNTED_DEADLINE_HOLDERS,
                         Variant.PAUSE_DEADLINES_DURING_SNAPSHOT} & self.variants)

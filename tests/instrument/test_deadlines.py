@@ -274,7 +274,7 @@ class TestSuspension:
         assert (row.outcome, row.suspended_s, row.fired_ns) == ("fired", 60.0, T0 + 90 * S)
 
     def test_a_single_flag_inner_registry_sees_one_suspend_and_one_resume(self, run):
-        class RequestDeadlineRegistry:  # the seeds' registry: one flag, resume restarts all
+        class RequestDeadlineRegistry:  # RL's registry: one flag, resume restarts all
             def __init__(self):
                 self.calls = []
 

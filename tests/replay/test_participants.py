@@ -318,7 +318,7 @@ class TestDeadlines:
         reg = DeadlineRegistry(clock, counted=False)
         d = reg.add("d", kind=DeadlineKind.ROLLOUT, budget_s=100.0)
         reg.suspend(DeadlineHolder.COLOCATED_TRAINING)
-        reg.suspend(DeadlineHolder.GYM_CHECKPOINT)  # a no-op on the seeds' registry
+        reg.suspend(DeadlineHolder.GYM_CHECKPOINT)  # a no-op on RL's registry
         clock.set(10.0)
         reg.resume(DeadlineHolder.GYM_CHECKPOINT)
         assert d.due_at() is not None  # running again while training still holds it
