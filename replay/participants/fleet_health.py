@@ -29,9 +29,9 @@ from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import Any
 
+from rolloutscope.clock import TimeFn
 from rolloutscope.vocabulary import SERVING_STATES, ShardState, ShardTrigger
 
-Clock = Callable[[], float]
 TransitionObserver = Callable[["Transition"], None]
 
 # The one edge the module docstring forbids; _transition refuses it even if a future operation
@@ -262,7 +262,7 @@ class GenerationFleetHealth:
     """The fleet's health model. Operation names and meanings are the real system's, so the real
     implementation can stand in for this one behind an adapter."""
 
-    def __init__(self, *, num_shards: int, config: FleetHealthConfig, clock: Clock,
+    def __init__(self, *, num_shards: int, config: FleetHealthConfig, clock: TimeFn,
                  base_urls: Sequence[str] | None = None,
                  observer: TransitionObserver | None = None) -> None:
         if num_shards < 1:

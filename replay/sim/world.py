@@ -17,7 +17,7 @@ from rolloutscope.replay.participants.environment import (
 )
 from rolloutscope.replay.participants.model import ModelParticipant
 from rolloutscope.replay.scenario import Scenario
-from rolloutscope.replay.participants.clock import Clock
+from rolloutscope.clock import Clock
 from rolloutscope.replay.sim.controller import ControllerSide
 from rolloutscope.replay.sim.fleet import FleetHealthFactory, FleetSide, RouterFactory
 from rolloutscope.replay.sim.gym import GymSide
