@@ -149,3 +149,15 @@ def test_a_kind_the_engine_cannot_take_comes_back_as_an_error_not_an_exception(
     result = replay_run(capture, out=tmp_path / "x.duckdb", participants=factories)
     assert result.error is not None and "cannot take a plugged checkpoint_participant" in \
         result.error
+
+
+def test_a_replay_that_could_not_run_is_a_failure_record(capture_path, tmp_path):
+    capture = capture_from_store(capture_path("lease-expiry"))
+    factories = {"checkpoint_participant": engine_factory("checkpoint_participant", object)}
+    result = replay_run(capture, out=tmp_path / "x.duckdb", participants=factories)
+    assert result.failure is not None and result.failure.error_type == "ReplayError"
+    assert result.failure.message.startswith("the replay engine cannot take a plugged "
+                                             "checkpoint_participant")
+    assert result.error == f"ReplayError: {result.failure.message}" == str(result.failure)
+    assert not result.ok and not result.diverged
+    assert result.lines() == [f"replay of {result.capture} failed: {result.error}"]
