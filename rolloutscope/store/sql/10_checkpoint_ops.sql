@@ -4,9 +4,22 @@
 -- while the operation is still running); code is the protocol error code (DOMAIN.md §2.10);
 -- blockers is the count of capture keys that kept a prepare from being ready, blocker_keys the
 -- keys themselves (at most 100); stopped_at is the stage where a coordinated prepare stopped.
+-- The draft (nemo_gym/_checkpoint/telemetry.py in NVIDIA-NeMo/Gym) records no outcome
+-- attribute: a raised operation ends its span with an ERROR status, and a prepare that was not
+-- ready by its deadline returns normally with phase 'preparing' (the coordinator's with
+-- prepared = false), which counts as an error here as it does for the controller. phase is the
+-- participant's phase after the operation; records, bytes, episodes, rollouts and participants
+-- are what the draft counts (bytes also summed from the operation's write steps).
 CREATE OR REPLACE VIEW checkpoint_ops AS
+WITH step_bytes AS (
+    SELECT run_id, trace_id, parent_span_id,
+           sum(TRY_CAST(attributes->>'nemo.gym.checkpoint.bytes' AS BIGINT)) AS bytes
+    FROM all_spans
+    WHERE name IN ('gym.checkpoint.write', 'gym.checkpoint.read')
+    GROUP BY run_id, trace_id, parent_span_id
+)
 SELECT
-    run_id,
+    o.run_id,
     checkpoint_id,
     coalesce(participant_kind,
              CASE WHEN name LIKE 'gym.checkpoint.coordinate.%' THEN 'controller' END)
@@ -18,8 +31,16 @@ SELECT
     end_ns,
     CASE WHEN end_ns IS NULL THEN NULL
          ELSE coalesce(attributes->>'nemo.gym.checkpoint.outcome',
-                       CASE WHEN status_code = 'ERROR' THEN 'error' ELSE 'ok' END)
+                       CASE WHEN status_code = 'ERROR' THEN 'error'
+                            WHEN name IN ('gym.checkpoint.prepare',
+                                          'gym.checkpoint.coordinate.prepare')
+                                 AND ((attributes->>'nemo.gym.checkpoint.phase') = 'preparing'
+                                      OR TRY_CAST(attributes->>'nemo.gym.checkpoint.prepared'
+                                                  AS BOOLEAN) = false)
+                                 THEN 'error'
+                            ELSE 'ok' END)
     END AS outcome,
+    attributes->>'nemo.gym.checkpoint.phase' AS phase,
     attributes->>'nemo.gym.checkpoint.code' AS code,
     coalesce(TRY_CAST(attributes->>'nemo.gym.checkpoint.blocker_count' AS INTEGER),
              TRY_CAST(attributes->>'nemo.gym.checkpoint.blockers' AS INTEGER)) AS blockers,
@@ -38,11 +59,18 @@ SELECT
     TRY_CAST(attributes->>'nemo.gym.checkpoint.workers.expected' AS INTEGER) AS workers_expected,
     TRY_CAST(attributes->>'nemo.gym.checkpoint.workers.acknowledged' AS INTEGER)
         AS workers_acknowledged,
+    TRY_CAST(attributes->>'nemo.gym.checkpoint.records' AS BIGINT) AS records,
+    coalesce(TRY_CAST(attributes->>'nemo.gym.checkpoint.bytes' AS BIGINT), b.bytes) AS bytes,
+    TRY_CAST(attributes->>'nemo.gym.checkpoint.episodes' AS INTEGER) AS episodes,
+    TRY_CAST(attributes->>'nemo.gym.checkpoint.rollouts' AS INTEGER) AS rollouts,
+    TRY_CAST(attributes->>'nemo.gym.checkpoint.participants' AS INTEGER) AS participants,
     (end_ns - start_ns) / 1e9 AS duration_s,
-    trace_id,
+    o.trace_id,
     span_id,
     is_open
-FROM all_spans
+FROM all_spans o
+LEFT JOIN step_bytes b
+    ON b.run_id = o.run_id AND b.trace_id = o.trace_id AND b.parent_span_id = o.span_id
 WHERE name IN (
     'gym.checkpoint.prepare', 'gym.checkpoint.commit', 'gym.checkpoint.restore',
     'gym.checkpoint.resume', 'gym.checkpoint.retire', 'gym.checkpoint.forget',
