@@ -22,12 +22,14 @@ import html
 from datetime import UTC, datetime
 
 import holoviews as hv
+import numpy as np
 import pandas as pd
 import panel as pn
 import param
 
 from rolloutscope.dashboard import plots, style
 from rolloutscope.dashboard import timeline_plot as tl
+from rolloutscope.dashboard import trace_plot as tp
 from rolloutscope.dashboard.datastore import DataStore
 from rolloutscope.dashboard.story import incident_story, story_html
 
@@ -56,7 +58,8 @@ CSS = """
 .rs-muted {color: #5d6d7e}
 """
 
-TEXT_COLUMNS_WIDE = {"summary", "error", "failure_reason", "detail", "subject"}
+TEXT_COLUMNS_WIDE = {"summary", "error", "failure_reason", "detail", "subject",
+                     "span attributes"}
 
 
 def text_table(df: pd.DataFrame, **kw) -> pn.widgets.Tabulator:
@@ -72,6 +75,42 @@ def text_table(df: pd.DataFrame, **kw) -> pn.widgets.Tabulator:
 
 def _utc(ns: int) -> str:
     return datetime.fromtimestamp(ns / S, tz=UTC).strftime("%Y-%m-%d %H:%M:%S") + "Z"
+
+
+def holdings(data: DataStore) -> str:
+    """One sentence on what the run holds, from its span catalogue."""
+    cat = data.frames["span_catalog"]
+    if not len(cat):
+        return "it holds no spans yet"
+    spans, names = int(cat.spans.sum()), cat.name.nunique()
+    services = cat.service.nunique()
+    by = cat.groupby("dialect").spans.sum()
+    parts = [f"{int(by[d]):,} {label}" for d, label in (
+        ("gym", "released Gym spans (gym.*)"), ("rl", "rolloutscope RL-side spans"),
+        ("otel", "other OTel spans (HTTP server / client, SDKs)")) if d in by]
+    return (f"it holds {spans:,} spans of {names} names from {services} process"
+            f"{'es' if services != 1 else ''}: " + ", ".join(parts))
+
+
+def empty_note(data: DataStore, missing: str, hint: str) -> pn.pane.HTML:
+    """What a tab shows when its views have no row for this run: what is missing, what the
+    run holds instead, and where to look."""
+    if data.state() == "no_runs":
+        return pn.pane.HTML(f"<div class='rs-note'>{html.escape(waiting_text(data))}</div>",
+                            stylesheets=[CSS])
+    text = (f"No {missing} in this run; {holdings(data)}. {hint} The Traces tab shows every "
+            f"span of any trace.")
+    return pn.pane.HTML(f"<div class='rs-note rs-empty'>{html.escape(text)}</div>",
+                        stylesheets=[CSS], sizing_mode="stretch_width")
+
+
+def waiting_text(data: DataStore) -> str:
+    if data.live:
+        where = f" on {data.waiting_for}" if data.waiting_for else ""
+        return (f"Waiting for the first span{where}. Point an OTel SDK there "
+                f"(OTEL_EXPORTER_OTLP_ENDPOINT); a run appears here as soon as it sends.")
+    return (f"{data.store.path} holds no run: nothing was ever written to it. Collect into it "
+            f"with rolloutscope serve --db {data.store.path}, or import a capture.")
 
 
 class View(pn.viewable.Viewer):
@@ -127,9 +166,38 @@ class Overview(View):
         super().__init__(data, **params)
         self._table = text_table(self._incident_rows(), selectable=1, page_size=15,
                                  widths={"summary": 720})
+        self._catalog = text_table(self._catalog_rows(), page_size=12)
+        self._services = text_table(self._service_rows(), page_size=10)
         self._changed("incidents", "incidents", "run_thresholds")
+        self._changed("holdings", "span_catalog", "services")
         self._table.param.watch(self._on_select, "selection")
         self.param.watch(self._on_version, "revision")
+
+    def _catalog_rows(self) -> pd.DataFrame:
+        c = self.data.frames["span_catalog"].sort_values(["spans", "name"],
+                                                         ascending=[False, True])
+        return pd.DataFrame({
+            "span": c.name.astype(str).to_numpy(), "kind": c.kind.astype(str).to_numpy(),
+            "service": c.service.fillna("-").astype(str).to_numpy(),
+            "dialect": c.dialect.astype(str).to_numpy(),
+            "spans": c.spans.astype("int64").to_numpy(),
+            "errors": c.errors.astype("int64").to_numpy(),
+            "open": c.open.astype("int64").to_numpy(),
+            "median (ms)": (pd.to_numeric(c.median_s) * 1e3).round(2).to_numpy(),
+            "max (ms)": (pd.to_numeric(c.max_s) * 1e3).round(2).to_numpy()})
+
+    def _service_rows(self) -> pd.DataFrame:
+        v = self.data.frames["services"].sort_values(["service", "pid"])
+        return pd.DataFrame({
+            "service": v.service.fillna("-").astype(str).to_numpy(),
+            "pid": v.pid.astype("Int64").to_numpy(),
+            "Gym server": v.gym_server_name.fillna("").astype(str).to_numpy(),
+            "Gym server type": v.gym_server_type.fillna("").astype(str).to_numpy(),
+            "Gym version": v.gym_version.fillna("").astype(str).to_numpy(),
+            "host": v.host.fillna("").astype(str).to_numpy(),
+            "sdk": v.sdk.fillna("").astype(str).to_numpy(),
+            "names its run": v.names_run.astype(bool).to_numpy(),
+            "spans": v.spans.astype("int64").to_numpy()})
 
     def _incident_rows(self) -> pd.DataFrame:
         inc = self.data.incidents()
@@ -146,6 +214,9 @@ class Overview(View):
     def _on_version(self, event) -> None:
         if self._changed("incidents", "incidents", "run_thresholds"):
             self._table.value = self._incident_rows()
+        if self._changed("holdings", "span_catalog", "services"):
+            self._catalog.value = self._catalog_rows()
+            self._services.value = self._service_rows()
 
     def _on_select(self, event) -> None:
         if event.new:
@@ -154,6 +225,9 @@ class Overview(View):
     @param.depends("revision")
     def header(self) -> pn.pane.HTML:
         d, e = self.data, html.escape
+        if d.state() == "no_runs":
+            return pn.pane.HTML(f"<div class='rs-header rs-waiting'>{e(waiting_text(d))}</div>",
+                                sizing_mode="stretch_width", stylesheets=[CSS])
         t0, now = d.origin_ns(), d.last_seen_ns()
         kv = [("run", d.run_id), ("from", _utc(t0) if t0 else "-"),
               ("to", _utc(now) if now else "-"), ("length", f"{(now - t0) / S:,.1f} s")]
@@ -166,19 +240,38 @@ class Overview(View):
         top = "".join(f"<span class='rs-kv'><b>{e(k)}</b> {e(str(v))}</span>" for k, v in kv)
         conf = "".join(f"<span class='rs-kv'>{e(k)} = <b>{e(v)}</b></span>" for k, v in cfg)
         probs = "".join(f"<div class='rs-note'>{e(p)}</div>" for p in d.problems)
+        said = holdings(d)
+        said = said[:1].upper() + said[1:]
+        holds = f"<div class='rs-note'>{e(said)}.</div>"
+        if d.state() == "no_rows":
+            holds = (f"<div class='rs-note rs-empty'>No rollout, checkpoint, fleet or incident "
+                     f"rows in this run: its spans are none the model views read. "
+                     f"{e(said)}; the table below lists them, and the Traces tab draws any "
+                     f"trace.</div>")
         return pn.pane.HTML(f"<div class='rs-header'>{top}<span class='rs-kv rs-note'>{mode}"
-                            f"</span><br>{conf}{probs}</div>", sizing_mode="stretch_width",
-                            stylesheets=[CSS])
+                            f"</span><br>{conf}{holds}{probs}</div>",
+                            sizing_mode="stretch_width", stylesheets=[CSS])
 
     @param.depends("revision")
     def indicators(self) -> pn.pane.HTML:
-        n = self.data.indicators()
-        cells = [
-            ("rollouts committed", n["committed"], False),
+        d = self.data
+        n = d.indicators()
+        dialects = d.dialects()
+        cells = []
+        if "rl" in dialects or not dialects:
+            cells.append(("rollouts committed", n["committed"], False))
+        if "gym" in dialects:
+            cells.append(("Gym rollouts finished", n["finished"], False))
+        cells += [
             ("in flight", n["in_flight"], False),
             ("parked", n["parked"], False),
             ("redispatches", n["redispatches"], n["redispatches"] > 0),
             ("failed tries", n["failed_tries"], n["failed_tries"] > 0),
+        ]
+        if n["model_calls"]:
+            cells += [("model calls", n["model_calls"], False),
+                      ("model call errors", n["model_call_errors"], n["model_call_errors"] > 0)]
+        cells += [
             ("snapshots ok", n["snapshots_ok"], False),
             ("snapshots failed", n["snapshots_failed"], n["snapshots_failed"] > 0),
             ("serving shards", f"{n['serving']} / {n['shards']}", n["serving"] < n["shards"]),
@@ -191,11 +284,21 @@ class Overview(View):
                             stylesheets=[CSS])
 
     def __panel__(self):
+        holdings = pn.Card(
+            pn.pane.HTML("<b>Processes</b> <span class='rs-note'>one row per service and "
+                         "process id (Gym's service.instance.id is the same in every Gym "
+                         "process)</span>", stylesheets=[CSS]),
+            self._services,
+            pn.pane.HTML("<b>Spans by name</b>", stylesheets=[CSS]), self._catalog,
+            # open where the model views say little: no run model of ours, only spans
+            title="What this run holds",
+            collapsed=self.data.state() == "ok" and "rl" in self.data.dialects(),
+            sizing_mode="stretch_width")
         return pn.Column(self.header, self.indicators,
                          pn.pane.HTML("<b>Incidents</b> <span class='rs-note'>newest first; "
                                       "select one to follow it on the timeline</span>",
                                       stylesheets=[CSS]),
-                         self._table, sizing_mode="stretch_width")
+                         self._table, holdings, sizing_mode="stretch_width")
 
 
 class Timeline(View):
@@ -271,6 +374,10 @@ class Timeline(View):
     def note(self) -> pn.pane.HTML:
         d = self.data
         ids, total = d.rollout_lanes()
+        if d.state() != "ok":
+            return empty_note(d, "rollout, checkpoint or fleet rows to draw",
+                              "The timeline draws rollout attempts (RL tries, Gym's "
+                              "gym.rollout), checkpoint operations and shard states.")
         shown = f"showing {len(ids):,} of {total:,} rollouts" if total else "no rollouts"
         which = d.rollout_filter + (f", {d.failure_class}" if d.failure_class != "any" else "")
         return pn.pane.HTML(f"<span class='rs-note'>{html.escape(shown)} ({html.escape(which)})"
@@ -354,16 +461,46 @@ def incident_selector(data: DataStore, *, fallback=None) -> pn.widgets.Select:
 class Checkpoints(View):
     """Every checkpoint's per-participant phases, blockers, outcome; duration distributions."""
 
-    FRAMES = ("checkpoint_ops", "checkpoint_windows", "run_thresholds")
+    FRAMES = ("checkpoint_ops", "checkpoint_windows", "run_thresholds", "checkpoint_steps",
+              "span_catalog")
 
     def __init__(self, data: DataStore, **params) -> None:
         super().__init__(data, **params)
         self._phases = text_table(self._phase_rows(), page_size=20)
         self._windows = text_table(self._window_rows(), page_size=10)
+        self._steps = text_table(self._step_rows(), page_size=15)
         self._distribution = pn.pane.HoloViews(self._distribution_plot(),
                                                sizing_mode="stretch_width")
+        self._empty = pn.Column(sizing_mode="stretch_width")
+        self._show_empty()
         self._changed("tables", *self.FRAMES)
         self.param.watch(self._update, "revision")
+
+    def _show_empty(self) -> None:
+        f = self.data.frames
+        if len(f["checkpoint_ops"]) or len(f["checkpoint_windows"]):
+            self._empty[:] = []
+            return
+        self._empty[:] = [empty_note(
+            self.data, "checkpoint telemetry",
+            "Checkpoint rows come from the draft gym.checkpoint.* spans (span group "
+            "checkpoint: span_groups 'default,checkpoint'), from rolloutscope's Gym middleware "
+            "or from RL's rl.rollout_snapshot spans; see docs/gym-telemetry.md.")]
+
+    def _step_rows(self) -> pd.DataFrame:
+        st = self.data.frames["checkpoint_steps"].sort_values("start_ns")
+        t0 = self._t0()
+        return pd.DataFrame({
+            "checkpoint_id": st.checkpoint_id.fillna("").astype(str).to_numpy(),
+            "participant": _texts(tl.participant_label(k, i) for k, i in
+                                  zip(st.participant_kind, st.instance)),
+            "operation": st.op.fillna("").astype(str).to_numpy(),
+            "step": st.step.astype(str).to_numpy(),
+            "start (s)": ((st.start_ns - t0) / S).round(3).to_numpy(),
+            "duration (s)": pd.to_numeric(st.duration_s).round(4).to_numpy(),
+            "outcome": st.outcome.fillna("open").astype(str).to_numpy(),
+            "bytes": st.bytes.astype("Int64").to_numpy(),
+            "records": st.records.astype("Int64").to_numpy()})
 
     def _phase_rows(self) -> pd.DataFrame:
         out = plots.phase_durations(self.data.frames["checkpoint_ops"])
@@ -389,16 +526,22 @@ class Checkpoints(View):
         if self._changed("tables", *self.FRAMES):
             self._phases.value = self._phase_rows()
             self._windows.value = self._window_rows()
+            self._steps.value = self._step_rows()
             self._distribution.object = self._distribution_plot()
+            self._show_empty()
 
     def __panel__(self):
         return pn.Column(
+            self._empty,
             pn.Row(pn.Column("**Snapshot windows** (admission closed → reopened)",
                              self._windows, sizing_mode="stretch_width"),
                    pn.Column(self._distribution, sizing_mode="stretch_width"),
                    sizing_mode="stretch_width"),
             "**Phases per checkpoint and participant** (seconds; worst outcome; blockers)",
-            self._phases, sizing_mode="stretch_width")
+            self._phases,
+            "**Steps inside operations** (wait_ready, export, write, read, install; the "
+            "controller's prepare stages)",
+            self._steps, sizing_mode="stretch_width")
 
 
 # the Fleet's own time axis: linked between its two plots, not with the Timeline's
@@ -408,7 +551,8 @@ FLEET_TIME = hv.Dimension("t_fleet", label="time since run start (s)")
 class Fleet(View):
     """Shard lanes, transitions with triggers, probe vs reported failures, router vs fleet."""
 
-    FRAMES = ("shard_states", "serving_samples", "run_thresholds")
+    FRAMES = ("shard_states", "serving_samples", "run_thresholds", "model_calls",
+              "span_catalog")
 
     def __init__(self, data: DataStore, **params) -> None:
         super().__init__(data, **params)
@@ -416,17 +560,37 @@ class Fleet(View):
         self._streaks = pn.pane.HoloViews(plots.failure_streaks(data.frames["shard_states"]),
                                           sizing_mode="stretch_width")
         self._router_note = pn.pane.HTML(self._router_text(), stylesheets=[CSS])
+        self._backends = text_table(self._backend_rows(), page_size=10)
+        self._empty = pn.Column(sizing_mode="stretch_width")
+        self._show_empty()
         self._changed("tables", *self.FRAMES)
         self.param.watch(self._update, "revision")
 
     def _rows(self) -> pd.DataFrame:
         return plots.transitions_table(self.data.frames["shard_states"], self._t0())
 
+    def _backend_rows(self) -> pd.DataFrame:
+        return plots.backend_summary(self.data.frames["model_calls"], self._t0())
+
+    def _show_empty(self) -> None:
+        if len(self.data.frames["shard_states"]):
+            self._empty[:] = []
+            return
+        backends = self.data.frames["model_calls"].backend.nunique()
+        seen = (f" The model backends its model calls reached ({backends}) are listed below."
+                if backends else "")
+        self._empty[:] = [empty_note(
+            self.data, "generation-fleet health telemetry",
+            "Shard states come from rl.gen_fleet.* spans (rolloutscope's fleet-health wrapper "
+            "or the RL log importer)." + seen)]
+
     def _update(self, event) -> None:
         if self._changed("tables", *self.FRAMES):
             self._transitions.value = self._rows()
             self._streaks.object = plots.failure_streaks(self.data.frames["shard_states"])
             self._router_note.object = self._router_text()
+            self._backends.value = self._backend_rows()
+            self._show_empty()
 
     def _lanes(self, revision):
         d = self.data
@@ -452,25 +616,41 @@ class Fleet(View):
         return "<span class='rs-note'>router serving backends: no samples in this run</span>"
 
     def __panel__(self):
-        return pn.Column(*self.lanes(), self._router_note, pn.Row(
+        return pn.Column(self._empty, *self.lanes(), self._router_note, pn.Row(
             pn.Column("**Transitions** (trigger, streak counters, error)", self._transitions,
                       sizing_mode="stretch_width"),
-            pn.Column(self._streaks, width=420)), sizing_mode="stretch_width")
+            pn.Column(self._streaks, width=420)),
+            "**Model backends** (from model_calls: each backend a traced model call reached; "
+            "latency is the backend's, tries include retries)",
+            self._backends, sizing_mode="stretch_width")
 
 
 class Rollouts(View):
-    """Attempts with outcome / failure-class filters; deadline-versus-snapshot overlap."""
+    """Attempts with outcome / failure-class filters; deadline-versus-snapshot overlap; Gym's
+    own rollouts, model calls and counters where the run has them. Picking a rollout opens
+    its trace."""
 
     FRAMES = ("rollout_attempts", "deadlines", "checkpoint_windows", "run_thresholds")
+    GYM_FRAMES = ("gym_rollouts", "model_calls", "gym_metrics", "rollout_attempts",
+                  "span_catalog")
 
     def __init__(self, data: DataStore, **params) -> None:
         super().__init__(data, **params)
-        self._table = text_table(self._rows(), page_size=20)
+        self._table = text_table(self._rows(), page_size=20, selectable=1)
         self._overlap = pn.Column(self._overlap_pane(), sizing_mode="stretch_width")
+        self._gym = text_table(self._gym_rows(), page_size=15, selectable=1)
+        self._calls = text_table(self._call_rows(), page_size=15, selectable=1)
+        self._counters = text_table(self._counter_rows(), page_size=10)
+        self._gym_part = pn.Column(sizing_mode="stretch_width")
+        self._empty = pn.Column(sizing_mode="stretch_width")
+        self._show_parts()
         self._changed("table", *self.FRAMES, also=(data.outcomes, data.failure_class))
         self._changed("overlap", *self.FRAMES)
+        self._changed("gym", *self.GYM_FRAMES)
         self.param.watch(self._update, "revision")
         data.param.watch(self._update, ["outcomes", "failure_class"])
+        for table in (self._table, self._gym, self._calls):
+            table.param.watch(self._open_trace, "selection")
 
     @property
     def overlap(self) -> pn.Column:
@@ -481,14 +661,95 @@ class Rollouts(View):
         a = self.data.attempts_table().sort_values("start_ns")
         t0 = self._t0()
         return pd.DataFrame({
+            "dialect": a.dialect.astype(str).to_numpy(),
             "rollout_id": a.rollout_id.astype(str).to_numpy(),
             "try": a.attempt.astype("Int64").to_numpy(),
-            "group_id": a.group_id.astype(str).to_numpy(),
-            "start (s)": ((a.start_ns - t0) / S).round(2).to_numpy(),
-            "duration (s)": pd.to_numeric(a.duration_s).round(2).to_numpy(),
+            "capture key": a.capture_key.fillna("").astype(str).to_numpy(),
+            "group_id": a.group_id.fillna("").astype(str).to_numpy(),
+            "start (s)": ((a.start_ns - t0) / S).round(3).to_numpy(),
+            "duration (s)": pd.to_numeric(a.duration_s).round(3).to_numpy(),
             "outcome": a.outcome.astype(str).to_numpy(),
             "failure class": a.failure_class.fillna("").astype(str).to_numpy(),
-            "failure_reason": a.failure_reason.fillna("").astype(str).to_numpy()})
+            "failure_reason": a.failure_reason.fillna("").astype(str).to_numpy(),
+            "trace_id": a.trace_id.fillna("").astype(str).to_numpy()})
+
+    def _gym_rows(self) -> pd.DataFrame:
+        g = self.data.frames["gym_rollouts"].sort_values("start_ns")
+        t0 = self._t0()
+        ms = lambda col: (pd.to_numeric(g[col]) * 1e3).round(2).to_numpy()  # noqa: E731
+        return pd.DataFrame({
+            "rollout": g.capture_key.fillna(g.rollout_id).astype(str).to_numpy(),
+            "rollout_id": g.rollout_id.astype(str).to_numpy(),
+            "Gym attempt": g.gym_attempt.astype("Int64").to_numpy(),
+            "server": g.server_name.fillna("").astype(str).to_numpy(),
+            "start (s)": ((g.start_ns - t0) / S).round(3).to_numpy(),
+            "duration (ms)": ms("duration_s"), "outcome": g.outcome.astype(str).to_numpy(),
+            "HTTP": g.http_status.astype("Int64").to_numpy(),
+            "model calls": g.model_calls.astype("Int64").to_numpy(),
+            "model (ms)": ms("model_s"), "agent (ms)": ms("agent_s"),
+            "verify (ms)": ms("verify_s"),
+            "tokens in/out": _texts(_tokens(i, o) for i, o in zip(g.input_tokens,
+                                                                   g.output_tokens)),
+            "reward": pd.to_numeric(g.reward).to_numpy(),
+            "trace_id": g.trace_id.astype(str).to_numpy()})
+
+    def _call_rows(self) -> pd.DataFrame:
+        c = self.data.frames["model_calls"].sort_values("start_ns")
+        t0 = self._t0()
+        return pd.DataFrame({
+            "rollout": c.capture_key.fillna("").astype(str).to_numpy(),
+            "call": c.name.astype(str).to_numpy(),
+            "server": c.server_name.fillna(c.service).fillna("").astype(str).to_numpy(),
+            "backend": c.backend_url.fillna("").astype(str).to_numpy(),
+            "HTTP": c.http_status.astype("Int64").to_numpy(),
+            "tries": c.tries.astype("Int64").to_numpy(),
+            "start (s)": ((c.start_ns - t0) / S).round(3).to_numpy(),
+            "latency (ms)": (pd.to_numeric(c.duration_s) * 1e3).round(2).to_numpy(),
+            "backend (ms)": (pd.to_numeric(c.backend_s) * 1e3).round(2).to_numpy(),
+            "outcome": c.outcome.astype(str).to_numpy(),
+            "tokens in/out": _texts(_tokens(i, o) for i, o in zip(c.input_tokens,
+                                                                   c.output_tokens)),
+            "trace_id": c.trace_id.astype(str).to_numpy()})
+
+    def _counter_rows(self) -> pd.DataFrame:
+        m = self.data.frames["gym_metrics"].sort_values(["name", "service"])
+        return pd.DataFrame({
+            "metric": m.name.astype(str).to_numpy(),
+            "service": m.service.fillna("").astype(str).to_numpy(),
+            "attributes": m.attributes.fillna("").astype(str).to_numpy(),
+            "count": m["count"].astype("Int64").to_numpy(),
+            "mean": pd.to_numeric(m["mean"]).round(3).to_numpy(),
+            "min": pd.to_numeric(m["min"]).round(3).to_numpy(),
+            "max": pd.to_numeric(m["max"]).round(3).to_numpy(),
+            "latest": pd.to_numeric(m.value).to_numpy(),
+            "range": _texts(_range(lo, hi) for lo, hi in zip(m.low, m.high)),
+            "unit": m.unit.fillna("").astype(str).to_numpy()})
+
+    def _open_trace(self, event) -> None:
+        if not event.new:
+            return
+        table = event.obj
+        trace = str(table.value.trace_id.iloc[event.new[0]])
+        if trace:
+            self.data.trace_id = trace
+
+    def _show_parts(self) -> None:
+        f = self.data.frames
+        if any(len(f[n]) for n in ("gym_rollouts", "model_calls", "gym_metrics")):
+            self._gym_part[:] = [
+                "**Gym rollouts** (gym.rollout: one agent /run each; select one to open its "
+                "trace)", self._gym,
+                "**Model calls** (gym.model.* spans with the backend they reached, and any "
+                "client's calls to a generation route)", self._calls,
+                "**Gym's own counters** (gym.* metrics: the latest cumulative point per "
+                "process; gym.verify.success_rate counts verify calls that did not raise, not "
+                "tasks passed)", self._counters]
+        else:
+            self._gym_part[:] = []
+        self._empty[:] = [] if len(f["rollout_attempts"]) else [empty_note(
+            self.data, "rollout attempts",
+            "Attempts come from RL's rl.rollout.attempt spans and from released Gym's "
+            "gym.rollout spans (span group rollout).")]
 
     def _overlap_pane(self):
         d = self.data
@@ -507,14 +768,146 @@ class Rollouts(View):
             self._table.value = self._rows()
         if self._changed("overlap", *self.FRAMES):
             self._overlap[:] = [self._overlap_pane()]
+        if self._changed("gym", *self.GYM_FRAMES):
+            self._gym.value = self._gym_rows()
+            self._calls.value = self._call_rows()
+            self._counters.value = self._counter_rows()
+            self._show_parts()
 
     def __panel__(self):
         filters = pn.Row(
             pn.widgets.CheckButtonGroup.from_param(self.data.param.outcomes, label="outcome"),
             pn.widgets.Select.from_param(self.data.param.failure_class, label="failure class",
                                          width=110))
-        return pn.Column(self._overlap, "**Attempts** (filter by outcome; none selected = all)",
-                         filters, self._table, sizing_mode="stretch_width")
+        return pn.Column(self._empty, self._overlap,
+                         "**Attempts** (RL tries and Gym rollout attempts; filter by outcome, "
+                         "none selected = all; select one to open its trace)",
+                         filters, self._table, self._gym_part, sizing_mode="stretch_width")
+
+
+def _texts(values) -> np.ndarray:
+    """A text column, typed as text even when empty: a table picks its formatters from the
+    first value it is given, and a live tab is often built before its first row."""
+    return pd.Series(list(values), dtype="object").to_numpy()
+
+
+def _tokens(i, o) -> str:
+    if (i is None or pd.isna(i)) and (o is None or pd.isna(o)):
+        return ""
+    return f"{'-' if pd.isna(i) else int(i)} / {'-' if pd.isna(o) else int(o)}"
+
+
+def _range(lo, hi) -> str:
+    if lo is None or pd.isna(lo):
+        return ""
+    return f"{lo:g}" if lo == hi else f"{lo:g} .. {hi:g}"
+
+
+class Traces(View):
+    """Any trace of the run as a waterfall, read from all_spans: a rollout's (picked here or
+    on the Rollouts tab) or any other trace root's. What a trace browser shows for any OTLP
+    data, so a run with no model-view row is still explorable."""
+
+    def __init__(self, data: DataStore, **params) -> None:
+        super().__init__(data, **params)
+        self._choices = pd.DataFrame(columns=["trace_id", "label", "start_ns"])
+        self.picker = pn.widgets.Select(label="trace", options={}, width=640)
+        self.reload = pn.widgets.Button(label="Reload list", width=110)
+        self._plot = pn.pane.HoloViews(tp.waterfall_plot(tp.waterfall_rows(
+            pd.DataFrame())), sizing_mode="stretch_width")
+        self._note = pn.pane.HTML("", stylesheets=[CSS], sizing_mode="stretch_width")
+        self._spans = text_table(self._span_rows(tp.waterfall_rows(pd.DataFrame())),
+                                 page_size=25)
+        self._loaded_for: tuple | None = None
+        self._echo = False
+        self.picker.param.watch(self._on_pick, "value")
+        self.reload.on_click(lambda *_: self._load_choices(force=True))
+        data.param.watch(self._on_trace, "trace_id")
+        self.param.watch(self._on_shown, "shown")
+        if self.shown:
+            self._load_choices()
+
+    # the list of traces is read when the tab is first shown (and on request), not every tick
+    def _on_shown(self, event) -> None:
+        if event.new:
+            self._load_choices()
+
+    def _load_choices(self, force: bool = False) -> None:
+        d = self.data
+        mark = (d.run_id, d.frame_versions["rollout_attempts"])
+        if not force and mark == self._loaded_for:
+            return
+        self._loaded_for = mark
+        self._choices = d.trace_choices()
+        options = {"(pick a trace)": ""}
+        options.update({f"{_utc(int(r.start_ns))}  {r.label}": str(r.trace_id)
+                        for r in self._choices.itertuples(index=False)})
+        self._echo = True
+        try:
+            self.picker.options = options
+            self.picker.value = d.trace_id if d.trace_id in options.values() else ""
+        finally:
+            self._echo = False
+        if d.trace_id:
+            self._draw(d.trace_id)
+        elif not len(self._choices):
+            self._note.object = (f"<div class='rs-note'>"
+                                 f"{html.escape(waiting_text(d) if d.run_id is None else 'No trace in this run yet.')}"
+                                 f"</div>")
+
+    def _on_pick(self, event) -> None:
+        if not self._echo:
+            self.data.trace_id = event.new or None
+
+    def _on_trace(self, event) -> None:
+        if event.new:
+            if event.new not in self.picker.options.values():
+                self._load_choices(force=True)
+            self._echo = True
+            try:
+                if event.new in self.picker.options.values():
+                    self.picker.value = event.new
+            finally:
+                self._echo = False
+            self._draw(event.new)
+
+    def _draw(self, trace_id: str) -> None:
+        spans, total = self.data.trace_spans(trace_id)
+        rows = tp.waterfall_rows(spans)
+        label = next((str(r.label) for r in self._choices.itertuples(index=False)
+                      if r.trace_id == trace_id), trace_id)
+        self._plot.object = tp.waterfall_plot(rows, title=label)
+        legend = " ".join(
+            f"<span style='color:{html.escape(c)}'>&#9632;</span> {html.escape(sv)} ({n})"
+            for sv, c, n in tp.legend_rows(rows).itertuples(index=False))
+        capped = (f"; showing the first {len(rows):,} of {total:,} spans"
+                  if total > len(rows) else "")
+        self._note.object = (f"<div class='rs-note'>trace {html.escape(trace_id)}: "
+                             f"{total:,} spans{capped}; red = failed, dashed = still open. "
+                             f"Hover a bar for its attributes; every attribute is in the table "
+                             f"below.</div><div class='rs-note'>{legend}</div>")
+        self._spans.value = self._span_rows(rows, spans)
+
+    @staticmethod
+    def _span_rows(rows: pd.DataFrame, spans: pd.DataFrame | None = None) -> pd.DataFrame:
+        full = {}
+        if spans is not None and len(spans):
+            full = dict(zip(spans.span_id.astype(str), spans.attributes.fillna("")))
+        # explicit text types: the table's formatters are chosen from its first (empty) value
+        return pd.DataFrame({
+            "span": rows.label.astype(str).to_numpy(),
+            "service": rows.service.astype(str).to_numpy(),
+            "kind": rows.kind.astype(str).to_numpy(),
+            "start (ms)": pd.to_numeric(rows.start_ms).round(3).to_numpy(),
+            "duration (ms)": pd.to_numeric(rows.duration_ms).round(3).to_numpy(),
+            "status": rows.status.astype(str).to_numpy(),
+            "span attributes": pd.Series([full.get(sid, a) for sid, a in
+                                          zip(rows.span_id, rows["attrs"])], dtype="object"),
+            "span_id": rows.span_id.astype(str).to_numpy()})
+
+    def __panel__(self):
+        return pn.Column(pn.Row(self.picker, self.reload), self._note, self._plot,
+                         "**Spans** (tree order)", self._spans, sizing_mode="stretch_width")
 
 
 class IncidentDetail(View):
@@ -585,5 +978,5 @@ class IncidentDetail(View):
                          sizing_mode="stretch_width")
 
 
-__all__ = ["Overview", "Timeline", "Checkpoints", "Fleet", "Rollouts", "IncidentDetail",
-           "style"]
+__all__ = ["Overview", "Timeline", "Checkpoints", "Fleet", "Rollouts", "Traces",
+           "IncidentDetail", "style"]
