@@ -21,7 +21,7 @@ SELECT
     resource->>'service.version' AS service_version,
     (resource->>'telemetry.sdk.language') || ' ' || (resource->>'telemetry.sdk.name') || ' '
         || (resource->>'telemetry.sdk.version') AS sdk,
-    resource->>'nemo.run.id' IS NOT NULL AS names_run,
+    (resource->>'nemo.run.id') IS NOT NULL AS names_run,
     CAST(sum(spans) AS BIGINT) AS spans,
     min(first_ns) AS first_ns,
     max(last_ns) AS last_ns

@@ -88,7 +88,7 @@ SELECT
     r.end_ns,
     (r.end_ns - r.start_ns) / 1e9 AS duration_s,
     CASE WHEN r.end_ns IS NULL THEN 'open'
-         WHEN r.attributes->>'nemo.gym.rollout.outcome' IS NOT NULL
+         WHEN (r.attributes->>'nemo.gym.rollout.outcome') IS NOT NULL
              THEN r.attributes->>'nemo.gym.rollout.outcome'
          WHEN r.status_code = 'ERROR' OR q.http_status >= 400 THEN 'failed'
          ELSE 'finished' END AS outcome,
