@@ -244,6 +244,38 @@ def serve_dashboard(store: RunStore, *, port: int = DEFAULT_PORT,
 def _factory(store: RunStore, *, live: bool, run_id: str | None, refresh_ms: int,
              waiting_for: str | None = None):
     def app():
+        _quiet_closed_sockets()
         return build_app(store, live=live, run_id=run_id, refresh_ms=refresh_ms,
                          waiting_for=waiting_for)
     return app
+
+
+_CLOSED = ("WebSocketClosedError", "StreamClosedError")
+
+
+def _quiet_closed_sockets() -> None:
+    """A browser that leaves while a live tick's update is on its way is not an error: Bokeh's
+    server writes to the socket from a task nobody awaits, and asyncio would log the closed
+    socket as a traceback. Everything else still reaches the loop's usual handler."""
+    import asyncio
+
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    if getattr(loop, "_rolloutscope_quiet", False):
+        return
+    previous = loop.get_exception_handler()
+
+    def handler(loop, context):
+        exc = context.get("exception")
+        if exc is not None and type(exc).__name__ in _CLOSED:
+            log.debug("a dashboard session closed during an update: %s", exc)
+            return
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
+    loop._rolloutscope_quiet = True

@@ -474,6 +474,11 @@ class DataStore(param.Parameterized):
             "incidents": len(self.frames["incidents"]),
         }
 
+    def unnamed_spans(self) -> int:
+        """Spans of a file that carry no run id (written before the store filed them under its
+        default run): no view shows them."""
+        return int(self.store.query("SELECT count(*) FROM all_spans WHERE run_id IS NULL")[0][0])
+
     def dialects(self) -> set[str]:
         """Whose rollout rows the run has: 'rl', 'gym', both or neither."""
         att = self.frames["rollout_attempts"]

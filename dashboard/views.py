@@ -109,6 +109,11 @@ def waiting_text(data: DataStore) -> str:
         where = f" on {data.waiting_for}" if data.waiting_for else ""
         return (f"Waiting for the first span{where}. Point an OTel SDK there "
                 f"(OTEL_EXPORTER_OTLP_ENDPOINT); a run appears here as soon as it sends.")
+    unnamed = data.unnamed_spans()
+    if unnamed:
+        return (f"{unnamed:,} span(s) in this file name no run: a writer older than the rule "
+                f"that files them under the store's default run wrote them, and no view shows "
+                f"them (rolloutscope info counts them).")
     return (f"{data.store.path} holds no run: nothing was ever written to it. Collect into it "
             f"with rolloutscope serve --db {data.store.path}, or import a capture.")
 
@@ -326,7 +331,8 @@ class Timeline(View):
             self._user_range = tuple(float(v) for v in x_range)
 
     def _whole_run(self, *_):
-        self._user_range = None
+        d = self.data
+        self._user_range = (0.0, max((d.last_seen_ns() - d.origin_ns()) / S, 1.0))
         self._focus_for = None
         if self.data.incident is None:
             self.data.param.trigger("version")
@@ -353,9 +359,23 @@ class Timeline(View):
         elif inc is not None and self._shown_range is not None:
             rng = self._shown_range
         else:
-            rng = whole
+            rng = self._drawn_extent(whole)
         self._shown_range = rng
         return rng
+
+    def _drawn_extent(self, whole: tuple[float, float]) -> tuple[float, float]:
+        """Where the bars are, padded, within the whole run: a run whose rows fill only part
+        of its time (a Gym deployment's rollouts after a minute of start-up) opens on them;
+        one whose rows span it (a shard's stay) opens on the whole run. "Whole run" resets."""
+        d = self.data
+        t0, now = d.origin_ns(), d.last_seen_ns()
+        frames = self._frames(rollout_ids=d.rollout_lanes()[0])
+        rects = tl.interval_rects(frames, tl.lanes_for(frames), t0, now)
+        if not len(rects):
+            return whole
+        lo, hi = float(rects.x0.min()), float(rects.x1.max())
+        pad = max((hi - lo) * 0.05, 1e-3)
+        return (max(whole[0], lo - pad), min(whole[1], hi + pad))
 
     def _lanes(self, revision, incident, rollout_filter, failure_class):
         d = self.data
@@ -819,6 +839,7 @@ class Traces(View):
         self._spans = text_table(self._span_rows(tp.waterfall_rows(pd.DataFrame())),
                                  page_size=25)
         self._loaded_for: tuple | None = None
+        self._drawn_trace: str | None = None
         self._echo = False
         self.picker.param.watch(self._on_pick, "value")
         self.reload.on_click(lambda *_: self._load_choices(force=True))
@@ -848,7 +869,7 @@ class Traces(View):
             self.picker.value = d.trace_id if d.trace_id in options.values() else ""
         finally:
             self._echo = False
-        if d.trace_id:
+        if d.trace_id and d.trace_id != self._drawn_trace:
             self._draw(d.trace_id)
         elif not len(self._choices):
             self._note.object = (f"<div class='rs-note'>"
@@ -872,6 +893,7 @@ class Traces(View):
             self._draw(event.new)
 
     def _draw(self, trace_id: str) -> None:
+        self._drawn_trace = trace_id
         spans, total = self.data.trace_spans(trace_id)
         rows = tp.waterfall_rows(spans)
         label = next((str(r.label) for r in self._choices.itertuples(index=False)
