@@ -62,7 +62,14 @@ class ViewSpec:
     times: tuple[str, ...]  # (start, end) columns for the incremental filter; () = whole view
     columns: tuple[str, ...] = ()  # for an absent optional view: the frame's columns
     optional: bool = False
+    # read only for a run with Gym rollout rows: in an RL run every Gym rollout is a row of an
+    # RL try, and a large run's Gym detail (a model call per turn) is millions of rows
+    gym_only: bool = False
+    rarely: bool = False  # a whole view read on full reloads only (what the run holds)
+    cap: int | None = None  # at most this many rows, the latest
 
+
+MAX_DETAIL_ROWS = 20_000  # Gym rollouts / model calls a dashboard holds (the latest)
 
 INCIDENT_COLUMNS = ("run_id", "incident_id", "kind", "severity", "start_ns", "end_ns",
                     "subject", "summary", "evidence", "caused_by")
@@ -76,9 +83,12 @@ VIEWS: dict[str, ViewSpec] = {v.name: v for v in (
     ViewSpec("deadlines", ("deadline_id",), ("start_ns", "end_ns")),
     ViewSpec("parked_intervals", ("span_id",), ("start_ns", "end_ns")),
     ViewSpec("completions", ("rollout_id", "attempt"), ("completed_ns", "ack_ns")),
-    # released Gym's own rollouts and every model call (Gym's or any OTel client's)
-    ViewSpec("gym_rollouts", ("span_id",), ("start_ns", "end_ns"), optional=True),
-    ViewSpec("model_calls", ("span_id",), ("start_ns", "end_ns"), optional=True),
+    # released Gym's own rollouts and every model call (Gym's or any OTel client's): whole
+    # views (their per-rollout sums cannot be read incrementally), off the tick
+    ViewSpec("gym_rollouts", ("span_id",), (), optional=True, gym_only=True,
+             cap=MAX_DETAIL_ROWS),
+    ViewSpec("model_calls", ("span_id",), (), optional=True, gym_only=True,
+             cap=MAX_DETAIL_ROWS),
     ViewSpec("incidents", ("incident_id",), (), INCIDENT_COLUMNS, optional=True),
     ViewSpec("run_thresholds", ("run_id",), (),
              ("run_id", "start_ns", "end_ns", "rollout_timeout_s", "prepare_timeout_s",
@@ -89,9 +99,9 @@ VIEWS: dict[str, ViewSpec] = {v.name: v for v in (
     ViewSpec("serving_samples", ("ts_ns",), ("ts_ns", "ts_ns"),
              ("run_id", "ts_ns", "router_serving", "fleet_serving"), optional=True),
     # what the run holds, whatever its vocabulary: read whole, like the incidents
-    ViewSpec("span_catalog", ("service", "name", "kind"), (), optional=True),
-    ViewSpec("services", ("service", "pid"), (), optional=True),
-    ViewSpec("gym_metrics", ("service", "name", "attributes"), (), optional=True),
+    ViewSpec("span_catalog", ("service", "name", "kind"), (), optional=True, rarely=True),
+    ViewSpec("services", ("service", "pid"), (), optional=True, rarely=True),
+    ViewSpec("gym_metrics", ("service", "name", "attributes"), (), optional=True, rarely=True),
 )}
 # the frames that say something about the run's model (the rest describe what it holds)
 MODEL_FRAMES = ("checkpoint_windows", "checkpoint_ops", "shard_states", "rollout_attempts",
@@ -205,12 +215,16 @@ class DataStore(param.Parameterized):
     def _read(self, spec: ViewSpec, since: int | None) -> pd.DataFrame | None:
         if spec.optional and not self._view_present(spec.name):
             return None
+        if spec.gym_only and "gym" not in self.dialects():
+            return None
         sql = f"SELECT * FROM {spec.name} WHERE run_id = ?"  # name from VIEWS, not from input
         params: list = [self.run_id]
         if since is not None and spec.times:
             start, end = spec.times
             sql += f" AND ({end} IS NULL OR {end} >= ? OR {start} >= ?)"
             params += [since, since]
+        if spec.cap is not None:
+            sql += f" ORDER BY start_ns DESC LIMIT {int(spec.cap)}"
         try:
             return self.store.query_df(sql, params)
         except StoreError as exc:
@@ -287,7 +301,7 @@ class DataStore(param.Parameterized):
         if self._whole is not None and not self._whole.done():
             return  # the previous read is still running: its result is as fresh
         run_id = self.run_id
-        specs = [spec for spec in VIEWS.values() if not spec.times]
+        specs = [spec for spec in VIEWS.values() if not spec.times and not spec.rarely]
 
         def read() -> tuple[str | None, dict[str, tuple[pd.DataFrame | None, float]]]:
             out = {}

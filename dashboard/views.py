@@ -30,7 +30,7 @@ import param
 from rolloutscope.dashboard import plots, style
 from rolloutscope.dashboard import timeline_plot as tl
 from rolloutscope.dashboard import trace_plot as tp
-from rolloutscope.dashboard.datastore import DataStore
+from rolloutscope.dashboard.datastore import MAX_DETAIL_ROWS, DataStore
 from rolloutscope.dashboard.story import incident_story, story_html
 
 # load the Bokeh backend (and its option names) without notebook side effects
@@ -756,7 +756,12 @@ class Rollouts(View):
     def _show_parts(self) -> None:
         f = self.data.frames
         if any(len(f[n]) for n in ("gym_rollouts", "model_calls", "gym_metrics")):
-            self._gym_part[:] = [
+            capped = [n for n in ("gym_rollouts", "model_calls")
+                      if len(f[n]) >= MAX_DETAIL_ROWS]
+            note = (f"<span class='rs-note'>{', '.join(capped)}: the latest "
+                    f"{MAX_DETAIL_ROWS:,} rows are shown; the store holds more</span>"
+                    if capped else "")
+            self._gym_part[:] = [pn.pane.HTML(note, stylesheets=[CSS]),
                 "**Gym rollouts** (gym.rollout: one agent /run each; select one to open its "
                 "trace)", self._gym,
                 "**Model calls** (gym.model.* spans with the backend they reached, and any "

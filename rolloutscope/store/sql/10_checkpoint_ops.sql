@@ -9,17 +9,11 @@
 -- ready by its deadline returns normally with phase 'preparing' (the coordinator's with
 -- prepared = false), which counts as an error here as it does for the controller. phase is the
 -- participant's phase after the operation; records, bytes, episodes, rollouts and participants
--- are what the draft counts (bytes also summed from the operation's write steps).
+-- are what the draft counts on the operation (the bytes a commit wrote are on its write step:
+-- checkpoint_steps).
 CREATE OR REPLACE VIEW checkpoint_ops AS
-WITH step_bytes AS (
-    SELECT run_id, trace_id, parent_span_id,
-           sum(TRY_CAST(attributes->>'nemo.gym.checkpoint.bytes' AS BIGINT)) AS bytes
-    FROM all_spans
-    WHERE name IN ('gym.checkpoint.write', 'gym.checkpoint.read')
-    GROUP BY run_id, trace_id, parent_span_id
-)
 SELECT
-    o.run_id,
+    run_id,
     checkpoint_id,
     coalesce(participant_kind,
              CASE WHEN name LIKE 'gym.checkpoint.coordinate.%' THEN 'controller' END)
@@ -60,17 +54,15 @@ SELECT
     TRY_CAST(attributes->>'nemo.gym.checkpoint.workers.acknowledged' AS INTEGER)
         AS workers_acknowledged,
     TRY_CAST(attributes->>'nemo.gym.checkpoint.records' AS BIGINT) AS records,
-    coalesce(TRY_CAST(attributes->>'nemo.gym.checkpoint.bytes' AS BIGINT), b.bytes) AS bytes,
+    TRY_CAST(attributes->>'nemo.gym.checkpoint.bytes' AS BIGINT) AS bytes,
     TRY_CAST(attributes->>'nemo.gym.checkpoint.episodes' AS INTEGER) AS episodes,
     TRY_CAST(attributes->>'nemo.gym.checkpoint.rollouts' AS INTEGER) AS rollouts,
     TRY_CAST(attributes->>'nemo.gym.checkpoint.participants' AS INTEGER) AS participants,
     (end_ns - start_ns) / 1e9 AS duration_s,
-    o.trace_id,
+    trace_id,
     span_id,
     is_open
-FROM all_spans o
-LEFT JOIN step_bytes b
-    ON b.run_id = o.run_id AND b.trace_id = o.trace_id AND b.parent_span_id = o.span_id
+FROM all_spans
 WHERE name IN (
     'gym.checkpoint.prepare', 'gym.checkpoint.commit', 'gym.checkpoint.restore',
     'gym.checkpoint.resume', 'gym.checkpoint.retire', 'gym.checkpoint.forget',

@@ -9,9 +9,13 @@ CREATE OR REPLACE VIEW checkpoint_steps AS
 SELECT
     s.run_id,
     coalesce(s.checkpoint_id, o.checkpoint_id) AS checkpoint_id,
-    coalesce(s.participant_kind, o.participant_kind) AS participant_kind,
-    coalesce(s.attributes->>'nemo.gym.checkpoint.instance', o.instance) AS instance,
-    o.op,
+    coalesce(s.participant_kind, o.participant_kind,
+             CASE WHEN o.name LIKE 'gym.checkpoint.coordinate.%' THEN 'controller' END)
+        AS participant_kind,
+    coalesce(s.attributes->>'nemo.gym.checkpoint.instance',
+             o.attributes->>'nemo.gym.checkpoint.instance') AS instance,
+    CASE WHEN o.name LIKE 'gym.checkpoint.coordinate.%' THEN split_part(o.name, '.', 4)
+         ELSE split_part(o.name, '.', 3) END AS op,
     CASE WHEN s.name LIKE 'gym.checkpoint.coordinate.prepare.%'
          THEN 'prepare.' || split_part(s.name, '.', 5)
          ELSE split_part(s.name, '.', 3) END AS step,
@@ -29,7 +33,7 @@ SELECT
     s.parent_span_id,
     s.is_open
 FROM all_spans s
-LEFT JOIN checkpoint_ops o
+LEFT JOIN (SELECT * FROM all_spans WHERE name LIKE 'gym.checkpoint.%') o
     ON o.run_id = s.run_id AND o.trace_id = s.trace_id AND o.span_id = s.parent_span_id
 WHERE s.name IN ('gym.checkpoint.wait_ready', 'gym.checkpoint.export', 'gym.checkpoint.write',
                  'gym.checkpoint.read', 'gym.checkpoint.install')

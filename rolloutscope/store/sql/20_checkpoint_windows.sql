@@ -27,6 +27,16 @@ op_intervals AS (
     GROUP BY run_id, checkpoint_id
     HAVING min(start_ns) FILTER (WHERE op IN ('prepare', 'restore')) IS NOT NULL
 ),
+snapshot AS (
+    SELECT run_id, checkpoint_id,
+           min(start_ns) AS start_ns,
+           CASE WHEN bool_or(end_ns IS NULL) THEN NULL ELSE max(end_ns) END AS end_ns,
+           max(TRY_CAST(attributes->>'nemo.rl.snapshot.index' AS INTEGER)) AS snapshot_index,
+           arg_max(attributes->>'nemo.rl.snapshot.outcome', start_ns) AS snapshot_outcome
+    FROM all_spans
+    WHERE name = 'rl.rollout_snapshot' AND checkpoint_id IS NOT NULL
+    GROUP BY run_id, checkpoint_id
+),
 admission AS (
     SELECT run_id, checkpoint_id,
            min(start_ns) AS start_ns,
@@ -36,19 +46,8 @@ admission AS (
           SELECT o.* FROM op_intervals o
           WHERE NOT EXISTS (SELECT 1 FROM intervals i WHERE i.run_id = o.run_id
                                                          AND i.checkpoint_id = o.checkpoint_id)
-            AND NOT EXISTS (SELECT 1 FROM all_spans r WHERE r.name = 'rl.rollout_snapshot'
-                                                         AND r.run_id = o.run_id
-                                                         AND r.checkpoint_id = o.checkpoint_id))
-    GROUP BY run_id, checkpoint_id
-),
-snapshot AS (
-    SELECT run_id, checkpoint_id,
-           min(start_ns) AS start_ns,
-           CASE WHEN bool_or(end_ns IS NULL) THEN NULL ELSE max(end_ns) END AS end_ns,
-           max(TRY_CAST(attributes->>'nemo.rl.snapshot.index' AS INTEGER)) AS snapshot_index,
-           arg_max(attributes->>'nemo.rl.snapshot.outcome', start_ns) AS snapshot_outcome
-    FROM all_spans
-    WHERE name = 'rl.rollout_snapshot' AND checkpoint_id IS NOT NULL
+            AND NOT EXISTS (SELECT 1 FROM snapshot s WHERE s.run_id = o.run_id
+                                                        AND s.checkpoint_id = o.checkpoint_id))
     GROUP BY run_id, checkpoint_id
 ),
 ops AS (

@@ -3,15 +3,13 @@
 --   generate_and_push, DOMAIN.md §4.1, §7.4). attempt is the 0-based try; group_id the replay
 --   buffer group reserved for it. outcome: committed | failed | cancelled, or 'open' while the
 --   try runs. failure_class is infra | data (DOMAIN.md §4.3), failure_reason the exception class.
--- - dialect 'gym': a Gym rollout attempt (gym_rollouts: one agent /run) that no RL try of the
---   run accounts for, which is every one in a run seen only from Gym. attempt is Gym's attempt
+-- - dialect 'gym': a Gym rollout attempt (one agent /run, gym.rollout) that names no RL prompt,
+--   which is every one a released Gym sends. attempt is Gym's attempt
 --   (the N of capture key rid-aN), capture_key the id Gym stamped; outcome finished | failed |
---   open (nothing commits a Gym rollout). A Gym rollout carrying RL's prompt_idx and try is the
---   row of that RL try and is not listed again (the join rule, docs/gym-telemetry.md).
+--   open (nothing commits a Gym rollout). A Gym rollout that carries RL's prompt index
+--   (nemo.rl.prompt.idx) is a row of an RL try, listed as that try (the join rule,
+--   docs/gym-telemetry.md). The Gym rows come from gym_attempts.
 CREATE OR REPLACE VIEW rollout_attempts AS
-WITH rl AS (
-    SELECT * FROM all_spans WHERE name = 'rl.rollout.attempt'
-)
 SELECT
     run_id,
     'rl' AS dialect,
@@ -35,31 +33,7 @@ SELECT
     trace_id,
     span_id,
     is_open
-FROM rl
+FROM all_spans
+WHERE name = 'rl.rollout.attempt'
 UNION ALL
-SELECT
-    g.run_id,
-    'gym' AS dialect,
-    g.rollout_id,
-    g.prompt_idx,
-    g.gym_attempt AS attempt,
-    g.capture_key,
-    CAST(NULL AS VARCHAR) AS group_id,
-    g.start_ns,
-    g.end_ns,
-    g.outcome,
-    CASE WHEN g.http_status >= 500 OR g.http_status IN (408, 429) THEN 'infra'
-         WHEN g.http_status >= 400 THEN 'data' END AS failure_class,
-    g.failure_reason,
-    CASE WHEN g.http_status >= 400 THEN g.http_status END AS failure_http_status,
-    CAST(NULL AS VARCHAR) AS failure_detail,
-    CAST(NULL AS BIGINT) AS weight_version,
-    g.duration_s,
-    g.trace_id,
-    g.span_id,
-    g.is_open
-FROM gym_rollouts g
-WHERE NOT EXISTS (
-    SELECT 1 FROM rl
-    WHERE rl.run_id = g.run_id AND rl.prompt_idx = g.prompt_idx
-      AND rl.attempt IS NOT DISTINCT FROM g.rl_attempt)
+SELECT * FROM gym_attempts
