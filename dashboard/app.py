@@ -31,8 +31,8 @@ from rolloutscope.dashboard.views import (
     Overview,
     Rollouts,
     Timeline,
-    Traces,
 )
+from rolloutscope.dashboard.trace_view import Traces
 from rolloutscope.dashboard.replay_view import Replay
 
 log = logging.getLogger(__name__)

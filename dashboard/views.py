@@ -22,14 +22,12 @@ import html
 from datetime import UTC, datetime
 
 import holoviews as hv
-import numpy as np
 import pandas as pd
 import panel as pn
 import param
 
-from rolloutscope.dashboard import plots, style
+from rolloutscope.dashboard import plots, style, tables
 from rolloutscope.dashboard import timeline_plot as tl
-from rolloutscope.dashboard import trace_plot as tp
 from rolloutscope.dashboard.datastore import MAX_DETAIL_ROWS, DataStore
 from rolloutscope.dashboard.story import incident_story, story_html
 
@@ -179,30 +177,10 @@ class Overview(View):
         self.param.watch(self._on_version, "revision")
 
     def _catalog_rows(self) -> pd.DataFrame:
-        c = self.data.frames["span_catalog"].sort_values(["spans", "name"],
-                                                         ascending=[False, True])
-        return pd.DataFrame({
-            "span": c.name.astype(str).to_numpy(), "kind": c.kind.astype(str).to_numpy(),
-            "service": c.service.fillna("-").astype(str).to_numpy(),
-            "dialect": c.dialect.astype(str).to_numpy(),
-            "spans": c.spans.astype("int64").to_numpy(),
-            "errors": c.errors.astype("int64").to_numpy(),
-            "open": c.open.astype("int64").to_numpy(),
-            "median (ms)": (pd.to_numeric(c.median_s) * 1e3).round(2).to_numpy(),
-            "max (ms)": (pd.to_numeric(c.max_s) * 1e3).round(2).to_numpy()})
+        return tables.catalog_rows(self.data.frames["span_catalog"])
 
     def _service_rows(self) -> pd.DataFrame:
-        v = self.data.frames["services"].sort_values(["service", "pid"])
-        return pd.DataFrame({
-            "service": v.service.fillna("-").astype(str).to_numpy(),
-            "pid": v.pid.astype("Int64").to_numpy(),
-            "Gym server": v.gym_server_name.fillna("").astype(str).to_numpy(),
-            "Gym server type": v.gym_server_type.fillna("").astype(str).to_numpy(),
-            "Gym version": v.gym_version.fillna("").astype(str).to_numpy(),
-            "host": v.host.fillna("").astype(str).to_numpy(),
-            "sdk": v.sdk.fillna("").astype(str).to_numpy(),
-            "names its run": v.names_run.astype(bool).to_numpy(),
-            "spans": v.spans.astype("int64").to_numpy()})
+        return tables.service_rows(self.data.frames["services"])
 
     def _incident_rows(self) -> pd.DataFrame:
         inc = self.data.incidents()
@@ -508,19 +486,7 @@ class Checkpoints(View):
             "or from RL's rl.rollout_snapshot spans; see docs/gym-telemetry.md.")]
 
     def _step_rows(self) -> pd.DataFrame:
-        st = self.data.frames["checkpoint_steps"].sort_values("start_ns")
-        t0 = self._t0()
-        return pd.DataFrame({
-            "checkpoint_id": st.checkpoint_id.fillna("").astype(str).to_numpy(),
-            "participant": _texts(tl.participant_label(k, i) for k, i in
-                                  zip(st.participant_kind, st.instance)),
-            "operation": st.op.fillna("").astype(str).to_numpy(),
-            "step": st.step.astype(str).to_numpy(),
-            "start (s)": ((st.start_ns - t0) / S).round(3).to_numpy(),
-            "duration (s)": pd.to_numeric(st.duration_s).round(4).to_numpy(),
-            "outcome": st.outcome.fillna("open").astype(str).to_numpy(),
-            "bytes": st.bytes.astype("Int64").to_numpy(),
-            "records": st.records.astype("Int64").to_numpy()})
+        return tables.step_rows(self.data.frames["checkpoint_steps"], self._t0())
 
     def _phase_rows(self) -> pd.DataFrame:
         out = plots.phase_durations(self.data.frames["checkpoint_ops"])
@@ -694,56 +660,13 @@ class Rollouts(View):
             "trace_id": a.trace_id.fillna("").astype(str).to_numpy()})
 
     def _gym_rows(self) -> pd.DataFrame:
-        g = self.data.frames["gym_rollouts"].sort_values("start_ns")
-        t0 = self._t0()
-        ms = lambda col: (pd.to_numeric(g[col]) * 1e3).round(2).to_numpy()  # noqa: E731
-        return pd.DataFrame({
-            "rollout": g.capture_key.fillna(g.rollout_id).astype(str).to_numpy(),
-            "rollout_id": g.rollout_id.astype(str).to_numpy(),
-            "Gym attempt": g.gym_attempt.astype("Int64").to_numpy(),
-            "server": g.server_name.fillna("").astype(str).to_numpy(),
-            "start (s)": ((g.start_ns - t0) / S).round(3).to_numpy(),
-            "duration (ms)": ms("duration_s"), "outcome": g.outcome.astype(str).to_numpy(),
-            "HTTP": g.http_status.astype("Int64").to_numpy(),
-            "model calls": g.model_calls.astype("Int64").to_numpy(),
-            "model (ms)": ms("model_s"), "agent (ms)": ms("agent_s"),
-            "verify (ms)": ms("verify_s"),
-            "tokens in/out": _texts(_tokens(i, o) for i, o in zip(g.input_tokens,
-                                                                   g.output_tokens)),
-            "reward": pd.to_numeric(g.reward).to_numpy(),
-            "trace_id": g.trace_id.astype(str).to_numpy()})
+        return tables.gym_rollout_rows(self.data.frames["gym_rollouts"], self._t0())
 
     def _call_rows(self) -> pd.DataFrame:
-        c = self.data.frames["model_calls"].sort_values("start_ns")
-        t0 = self._t0()
-        return pd.DataFrame({
-            "rollout": c.capture_key.fillna("").astype(str).to_numpy(),
-            "call": c.name.astype(str).to_numpy(),
-            "server": c.server_name.fillna(c.service).fillna("").astype(str).to_numpy(),
-            "backend": c.backend_url.fillna("").astype(str).to_numpy(),
-            "HTTP": c.http_status.astype("Int64").to_numpy(),
-            "tries": c.tries.astype("Int64").to_numpy(),
-            "start (s)": ((c.start_ns - t0) / S).round(3).to_numpy(),
-            "latency (ms)": (pd.to_numeric(c.duration_s) * 1e3).round(2).to_numpy(),
-            "backend (ms)": (pd.to_numeric(c.backend_s) * 1e3).round(2).to_numpy(),
-            "outcome": c.outcome.astype(str).to_numpy(),
-            "tokens in/out": _texts(_tokens(i, o) for i, o in zip(c.input_tokens,
-                                                                   c.output_tokens)),
-            "trace_id": c.trace_id.astype(str).to_numpy()})
+        return tables.model_call_rows(self.data.frames["model_calls"], self._t0())
 
     def _counter_rows(self) -> pd.DataFrame:
-        m = self.data.frames["gym_metrics"].sort_values(["name", "service"])
-        return pd.DataFrame({
-            "metric": m.name.astype(str).to_numpy(),
-            "service": m.service.fillna("").astype(str).to_numpy(),
-            "attributes": m.attributes.fillna("").astype(str).to_numpy(),
-            "count": m["count"].astype("Int64").to_numpy(),
-            "mean": pd.to_numeric(m["mean"]).round(3).to_numpy(),
-            "min": pd.to_numeric(m["min"]).round(3).to_numpy(),
-            "max": pd.to_numeric(m["max"]).round(3).to_numpy(),
-            "latest": pd.to_numeric(m.value).to_numpy(),
-            "range": _texts(_range(lo, hi) for lo, hi in zip(m.low, m.high)),
-            "unit": m.unit.fillna("").astype(str).to_numpy()})
+        return tables.counter_rows(self.data.frames["gym_metrics"])
 
     def _open_trace(self, event) -> None:
         if not event.new:
@@ -808,133 +731,6 @@ class Rollouts(View):
                          "**Attempts** (RL tries and Gym rollout attempts; filter by outcome, "
                          "none selected = all; select one to open its trace)",
                          filters, self._table, self._gym_part, sizing_mode="stretch_width")
-
-
-def _texts(values) -> np.ndarray:
-    """A text column, typed as text even when empty: a table picks its formatters from the
-    first value it is given, and a live tab is often built before its first row."""
-    return pd.Series(list(values), dtype="object").to_numpy()
-
-
-def _tokens(i, o) -> str:
-    if (i is None or pd.isna(i)) and (o is None or pd.isna(o)):
-        return ""
-    return f"{'-' if pd.isna(i) else int(i)} / {'-' if pd.isna(o) else int(o)}"
-
-
-def _range(lo, hi) -> str:
-    if lo is None or pd.isna(lo):
-        return ""
-    return f"{lo:g}" if lo == hi else f"{lo:g} .. {hi:g}"
-
-
-class Traces(View):
-    """Any trace of the run as a waterfall, read from all_spans: a rollout's (picked here or
-    on the Rollouts tab) or any other trace root's. What a trace browser shows for any OTLP
-    data, so a run with no model-view row is still explorable."""
-
-    def __init__(self, data: DataStore, **params) -> None:
-        super().__init__(data, **params)
-        self._choices = pd.DataFrame(columns=["trace_id", "label", "start_ns"])
-        self.picker = pn.widgets.Select(label="trace", options={}, width=640)
-        self.reload = pn.widgets.Button(label="Reload list", width=110)
-        self._plot = pn.pane.HoloViews(tp.waterfall_plot(tp.waterfall_rows(
-            pd.DataFrame())), sizing_mode="stretch_width")
-        self._note = pn.pane.HTML("", stylesheets=[CSS], sizing_mode="stretch_width")
-        self._spans = text_table(self._span_rows(tp.waterfall_rows(pd.DataFrame())),
-                                 page_size=25)
-        self._loaded_for: tuple | None = None
-        self._drawn_trace: str | None = None
-        self._echo = False
-        self.picker.param.watch(self._on_pick, "value")
-        self.reload.on_click(lambda *_: self._load_choices(force=True))
-        data.param.watch(self._on_trace, "trace_id")
-        self.param.watch(self._on_shown, "shown")
-        if self.shown:
-            self._load_choices()
-
-    # the list of traces is read when the tab is first shown (and on request), not every tick
-    def _on_shown(self, event) -> None:
-        if event.new:
-            self._load_choices()
-
-    def _load_choices(self, force: bool = False) -> None:
-        d = self.data
-        mark = (d.run_id, d.frame_versions["rollout_attempts"])
-        if not force and mark == self._loaded_for:
-            return
-        self._loaded_for = mark
-        self._choices = d.trace_choices()
-        options = {"(pick a trace)": ""}
-        options.update({f"{_utc(int(r.start_ns))}  {r.label}": str(r.trace_id)
-                        for r in self._choices.itertuples(index=False)})
-        self._echo = True
-        try:
-            self.picker.options = options
-            self.picker.value = d.trace_id if d.trace_id in options.values() else ""
-        finally:
-            self._echo = False
-        if d.trace_id and d.trace_id != self._drawn_trace:
-            self._draw(d.trace_id)
-        elif not len(self._choices):
-            self._note.object = (f"<div class='rs-note'>"
-                                 f"{html.escape(waiting_text(d) if d.run_id is None else 'No trace in this run yet.')}"
-                                 f"</div>")
-
-    def _on_pick(self, event) -> None:
-        if not self._echo:
-            self.data.trace_id = event.new or None
-
-    def _on_trace(self, event) -> None:
-        if event.new:
-            if event.new not in self.picker.options.values():
-                self._load_choices(force=True)
-            self._echo = True
-            try:
-                if event.new in self.picker.options.values():
-                    self.picker.value = event.new
-            finally:
-                self._echo = False
-            self._draw(event.new)
-
-    def _draw(self, trace_id: str) -> None:
-        self._drawn_trace = trace_id
-        spans, total = self.data.trace_spans(trace_id)
-        rows = tp.waterfall_rows(spans)
-        label = next((str(r.label) for r in self._choices.itertuples(index=False)
-                      if r.trace_id == trace_id), trace_id)
-        self._plot.object = tp.waterfall_plot(rows, title=label)
-        legend = " ".join(
-            f"<span style='color:{html.escape(c)}'>&#9632;</span> {html.escape(sv)} ({n})"
-            for sv, c, n in tp.legend_rows(rows).itertuples(index=False))
-        capped = (f"; showing the first {len(rows):,} of {total:,} spans"
-                  if total > len(rows) else "")
-        self._note.object = (f"<div class='rs-note'>trace {html.escape(trace_id)}: "
-                             f"{total:,} spans{capped}; red = failed, dashed = still open. "
-                             f"Hover a bar for its attributes; every attribute is in the table "
-                             f"below.</div><div class='rs-note'>{legend}</div>")
-        self._spans.value = self._span_rows(rows, spans)
-
-    @staticmethod
-    def _span_rows(rows: pd.DataFrame, spans: pd.DataFrame | None = None) -> pd.DataFrame:
-        full = {}
-        if spans is not None and len(spans):
-            full = dict(zip(spans.span_id.astype(str), spans.attributes.fillna("")))
-        # explicit text types: the table's formatters are chosen from its first (empty) value
-        return pd.DataFrame({
-            "span": rows.label.astype(str).to_numpy(),
-            "service": rows.service.astype(str).to_numpy(),
-            "kind": rows.kind.astype(str).to_numpy(),
-            "start (ms)": pd.to_numeric(rows.start_ms).round(3).to_numpy(),
-            "duration (ms)": pd.to_numeric(rows.duration_ms).round(3).to_numpy(),
-            "status": rows.status.astype(str).to_numpy(),
-            "span attributes": pd.Series([full.get(sid, a) for sid, a in
-                                          zip(rows.span_id, rows["attrs"])], dtype="object"),
-            "span_id": rows.span_id.astype(str).to_numpy()})
-
-    def __panel__(self):
-        return pn.Column(pn.Row(self.picker, self.reload), self._note, self._plot,
-                         "**Spans** (tree order)", self._spans, sizing_mode="stretch_width")
 
 
 class IncidentDetail(View):
@@ -1005,5 +801,5 @@ class IncidentDetail(View):
                          sizing_mode="stretch_width")
 
 
-__all__ = ["Overview", "Timeline", "Checkpoints", "Fleet", "Rollouts", "Traces",
-           "IncidentDetail", "style"]
+__all__ = ["Overview", "Timeline", "Checkpoints", "Fleet", "Rollouts", "IncidentDetail",
+           "style"]

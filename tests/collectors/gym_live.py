@@ -254,6 +254,17 @@ server_spinup_timeout_seconds: {int(STARTUP_TIMEOUT_S)}
         path = self.root / f"{name}.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
+    def rss_mb(self) -> dict[str, float]:
+        """Resident memory of each part of the deployment (its whole process group)."""
+        groups = {p.pid: n for n, p in self.procs.items()}
+        out = dict.fromkeys(groups.values(), 0.0)
+        ps = subprocess.run(["ps", "-eo", "pgid=,rss="], capture_output=True, text=True).stdout
+        for line in ps.splitlines():
+            pgid, rss = (int(x) for x in line.split())
+            if pgid in groups:
+                out[groups[pgid]] += rss / 1024
+        return out
+
     # -- traffic ------------------------------------------------------------------------------
     def drive(self) -> list[dict]:
         """What the fixture's driver sent: six /run (0-0 .. 4-0 and 0-0-a1), one bare

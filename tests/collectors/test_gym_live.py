@@ -53,6 +53,7 @@ def live_run(gym_python, tmp_path_factory):
     t0 = time.monotonic()
     try:
         gym.start()
+        rss = gym.rss_mb()
         replies = gym.drive()
         stub = gym.stub_calls()
         arrived = wait_for_spans(collector)
@@ -61,7 +62,8 @@ def live_run(gym_python, tmp_path_factory):
         collector.stop()
         main(["doctor", "gym", "--python", gym_python, "--remove-shim"])
     yield {"db": db, "run_id": run_id, "replies": replies, "stub": stub, "arrived": arrived,
-           "left": left, "timings": {**gym.timings, "total_s": time.monotonic() - t0}}
+           "left": left, "rss_mb": rss,
+           "timings": {**gym.timings, "total_s": time.monotonic() - t0}}
 
 
 def test_the_deployment_ran_on_loopback_and_left_nothing_behind(live_run):
@@ -69,6 +71,7 @@ def test_the_deployment_ran_on_loopback_and_left_nothing_behind(live_run):
     assert [r["reward"] for r in live_run["replies"] if r["call"] == "/run"] == [1.0] * 6
     assert live_run["stub"] == {"responses": 12, "chat": 0}
     assert live_run["left"] == []
+    print(f"\nlive Gym deployment: {live_run['timings']}, RSS MB {live_run['rss_mb']}")
     assert live_run["timings"]["total_s"] < 120, live_run["timings"]
 
 

@@ -169,6 +169,7 @@ def check_every_tab(db: Path, shots: Path, *, rollout: str) -> None:
         text_shown(page, "No incident in this run yet")
         page.screenshot(path=str(shots / "incident.png"), full_page=True)
         open_tab(page, "Replay")
+        text_shown(page, "No replay to compare with: this file holds one run")
         page.screenshot(path=str(shots / "replay.png"), full_page=True)
         assert page.errors == []
     no_traceback(log.text())
