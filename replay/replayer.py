@@ -101,7 +101,9 @@ def capture_from_store(path: str | Path, run_id: str | None = None, *,
     return Capture(label=label, scenario=extraction.scenario, incidents=keys, outcomes=outcomes,
                    timings=timings, store_path=Path(path), run_id=rid,
                    variants=tuple(recorded), extraction=extraction.report,
-                   judge_outcomes=extraction.report.window is None)
+                   # a Gym-side-only capture has no RL outcomes for the replay's to match
+                   judge_outcomes=(extraction.report.window is None
+                                   and extraction.report.dialect != "gym"))
 
 
 def capture_from_golden(path: str | Path) -> Capture:

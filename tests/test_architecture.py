@@ -88,7 +88,7 @@ class TestLayers:
 def vocabulary_names() -> set[str]:
     names = set()
     for cls in (vocabulary.ResourceAttr, vocabulary.Attr, vocabulary.SpanName,
-                vocabulary.EventName):
+                vocabulary.EventName, vocabulary.MetricName):
         names.update(v for k, v in vars(cls).items() if not k.startswith("_")
                      and isinstance(v, str))
     return names

@@ -74,8 +74,11 @@ async def _serve(config: CollectorConfig, *, dashboard_port: int | None) -> None
             from rolloutscope.dashboard.app import start_dashboard
 
             try:
+                where = (f"OTLP/HTTP {endpoints.http} (/v1/traces, /v1/metrics, /v1/logs) and "
+                         f"OTLP/gRPC {endpoints.grpc}")
                 dashboard = await asyncio.to_thread(start_dashboard, service.store,
-                                                    port=dashboard_port, live=True)
+                                                    port=dashboard_port, live=True,
+                                                    waiting_for=where)
             except OSError as exc:  # collecting matters more than the view of it
                 print(f"rolloutscope serve: live dashboard not started: {exc}", file=sys.stderr,
                       flush=True)

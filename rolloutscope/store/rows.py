@@ -13,11 +13,19 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rolloutscope.store.schema import ARROW_SCHEMAS, COLUMNS
 from rolloutscope.vocabulary import Attr
 
 _dumps = orjson.dumps
+
+# Which run a row belongs to, in order: the span's own ``nemo.run.id`` attribute (a replay
+# writes several runs through one process), its resource's ``nemo.run.id``, else the run the
+# writer files rows without one under: the store's default run (``RunStore.default_run_id``,
+# named after the file), which the collector and the in-process exporter both write through.
+# ``rolloutscope import otlp-json`` stamps its own run on resources without one first.
+RUN_RULE = ("span nemo.run.id", "resource nemo.run.id", "the store's default run")
 
 
 def attributes_json(attributes: Mapping[str, Any] | None) -> str | None:
@@ -203,12 +211,16 @@ class RowBatch:
             self._rows(table).extend(rows)
         self.rows += other.rows
 
-    def arrow(self, table: str) -> pa.Table | None:
+    def arrow(self, table: str, *, default_run_id: str | None = None) -> pa.Table | None:
+        """The table's rows as Arrow; with ``default_run_id``, rows without a run get it
+        (the run rule, see ``RUN_RULE``)."""
         rows = self.tables.get(table)
         if not rows:
             return None
         schema = ARROW_SCHEMAS[table]
         columns = list(zip(*rows, strict=True))
-        return pa.Table.from_arrays(
-            [pa.array(col, type=field.type) for col, field in zip(columns, schema, strict=True)],
-            schema=schema)
+        arrays = [pa.array(col, type=field.type) for col, field in zip(columns, schema,
+                                                                        strict=True)]
+        if default_run_id is not None and schema.names[0] == "run_id" and arrays[0].null_count:
+            arrays[0] = pc.fill_null(arrays[0], default_run_id)
+        return pa.Table.from_arrays(arrays, schema=schema)

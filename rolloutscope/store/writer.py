@@ -101,6 +101,8 @@ class StoreWriter:
         # run_id -> (first, last) seen that this writer has committed to ``runs``: the stored
         # bounds cover these, so a commit inside them need not touch the row
         self._run_bounds: dict[str, tuple[int, int]] = {}
+        # rows that name no run belong to the store's default run (rows.RUN_RULE)
+        self._default_run_id = store.default_run_id
         self._thread = threading.Thread(target=self._run, name="rolloutscope-store-writer",
                                         daemon=True)
         self._thread.start()
@@ -219,7 +221,7 @@ class StoreWriter:
         seen: dict[str, tuple[int, int]] = {}
         con.execute("BEGIN")
         for table in _COMMIT_ORDER:
-            arrow = merged.arrow(table)
+            arrow = merged.arrow(table, default_run_id=self._default_run_id)
             if arrow is None:
                 continue
             if table == "spans" and self._open_markers:
