@@ -22,16 +22,11 @@ import panel as pn
 
 from rolloutscope.store import RunStore
 from rolloutscope.dashboard.datastore import DataStore
+from rolloutscope.dashboard.deeplink import follow_link
 from rolloutscope.dashboard.defaults import DEFAULT_ADDRESS, DEFAULT_PORT
-from rolloutscope.dashboard.views import (
-    CSS,
-    Checkpoints,
-    Fleet,
-    IncidentDetail,
-    Overview,
-    Rollouts,
-    Timeline,
-)
+from rolloutscope.dashboard.incident_view import IncidentDetail
+from rolloutscope.dashboard.time_views import Fleet, Timeline
+from rolloutscope.dashboard.views import CSS, Checkpoints, Overview, Rollouts
 from rolloutscope.dashboard.trace_view import Traces
 from rolloutscope.dashboard.replay_view import Replay
 
@@ -81,15 +76,36 @@ def _status_bar(data: DataStore) -> pn.Row:
     data.param.watch(lambda *_: setattr(title, "object", title_text()), "run_id")
     items: list = [title, pn.HSpacer()]
     if len(data.param.run_id.objects) > 1 or data.live:
-        picker = pn.widgets.Select.from_param(data.param.run_id, label="run", width=240,
-                                              visible=len(data.param.run_id.objects) > 1)
+        # no label above it: the bar stays one line high and never covers the tabs
+        picker = pn.widgets.Select.from_param(data.param.run_id, name="", width=360,
+                                              visible=len(data.param.run_id.objects) > 1,
+                                              margin=(6, 10))
         # a live collector's second run shows the picker
         data.param.watch(lambda e: setattr(picker, "visible", len(e.new) > 1),
                          "run_id", what="objects")
         items.insert(1, picker)
+    shown = pn.pane.HTML(stylesheets=[CSS], margin=(12, 6))
+    whole = pn.widgets.Button(label="Whole run", width=100, margin=(6, 10),
+                              description="show the whole run on every time plot")
+
+    def show_range(*_):
+        rng = data.time_range
+        shown.object = ("<span class='rs-note'>every plot: the whole run</span>" if rng is None
+                        else f"<span class='rs-note'>every plot: {rng[0]:,.1f} s to "
+                             f"{rng[1]:,.1f} s</span>")
+
+    def reset(*_):
+        data.incident = None
+        data.show_range(data.whole_run())
+
+    whole.on_click(reset)
+    data.param.watch(show_range, "time_range")
+    show_range()
+    items += [shown, whole]
     if data.live:
-        pause = pn.widgets.Toggle.from_param(data.param.paused, label="Pause refresh", width=130)
-        timing = pn.pane.HTML(stylesheets=[CSS])
+        pause = pn.widgets.Toggle.from_param(data.param.paused, label="Pause refresh", width=130,
+                                             margin=(6, 10))
+        timing = pn.pane.HTML(stylesheets=[CSS], margin=(12, 6))
 
         def show_timing(*_):
             timing.object = (f"<span class='rs-note'>live, every {REFRESH_MS / 1000:g} s; "
@@ -98,13 +114,15 @@ def _status_bar(data: DataStore) -> pn.Row:
         data.param.watch(show_timing, "last_refresh_ms")
         show_timing()
         items += [timing, pause]
-    return pn.Row(*items, sizing_mode="stretch_width", height=40)
+    return pn.Row(*items, sizing_mode="stretch_width", height=44)
 
 
 def build_app(store: RunStore, *, live: bool, run_id: str | None = None,
-              refresh_ms: int = REFRESH_MS, waiting_for: str | None = None) -> pn.Column:
+              refresh_ms: int = REFRESH_MS, waiting_for: str | None = None,
+              link: dict | None = None) -> pn.Column:
     """The whole dashboard over ``store`` for one session (a served page or a notebook cell).
-    ``waiting_for`` names where a live collector listens, for the page before its first span."""
+    ``waiting_for`` names where a live collector listens, for the page before its first span;
+    ``link``: query parameters to open on (``deeplink``; a served page reads its URL's)."""
     data = DataStore(store, run_id=run_id, live=live, waiting_for=waiting_for)
     dash = Dashboard.over(data)
     views = dash.views()
@@ -131,6 +149,10 @@ def build_app(store: RunStore, *, live: bool, run_id: str | None = None,
     data.param.watch(follow_trace, "trace_id")
     app = pn.Column(_status_bar(data), tabs, sizing_mode="stretch_width")
     app.dashboard = dash  # for notebooks and tests: the views and their DataStore
+    served = pn.state.curdoc is not None and pn.state.curdoc.session_context is not None
+    app.link = follow_link(data, tabs, TAB_NAMES[:len(views)], link if link is not None else
+                           (pn.state.session_args if served else None),
+                           location=pn.state.location if served else None)
     if live:
         cb = pn.state.add_periodic_callback(data.tick, period=refresh_ms)
         if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:

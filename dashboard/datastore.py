@@ -30,6 +30,7 @@ A store with no run yet (a collector before its first span) is a state, not an e
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Mapping
@@ -41,8 +42,14 @@ import param
 
 from rolloutscope.store import RunStore
 from rolloutscope.store.errors import StoreError
+from rolloutscope.vocabulary import SpanName
 
-from rolloutscope.dashboard.timeline_plot import group_rollout_ids
+from rolloutscope.dashboard.timeline_plot import (
+    EVENT_COLUMNS,
+    SPAN_COLUMNS,
+    group_rollout_ids,
+    pad_range,
+)
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +125,20 @@ ROLLOUT_FILTERS = {
     "open": "rollouts with a try still running",
 }
 OUTCOMES = ["open", "committed", "finished", "failed", "cancelled"]
+# spans no model view holds that tell an incident's story, read around it on demand: what made
+# progress (train steps), what held it (a hung weight sync) and what a replay injected
+CONTEXT_SPANS: dict[str, tuple[str, ...]] = {
+    "stall": (SpanName.RL_TRAIN_STEP, SpanName.RL_WEIGHT_SYNC),
+    "stale_weights_serving": (SpanName.RL_WEIGHT_SYNC,),
+    "lease_expired": (SpanName.RL_TRAIN_STEP,),
+}
+ALWAYS_CONTEXT = (SpanName.FAULT,)
+CONTEXT_LANES = {SpanName.RL_TRAIN_STEP: "train steps", SpanName.RL_WEIGHT_SYNC: "weight syncs",
+                 SpanName.RL_STALL_WATCHDOG_TICK: "stall watchdog",
+                 SpanName.FAULT: "injected faults"}
+MAX_CONTEXT_SPANS = 400
+# attributes every span carries that say nothing about this one
+NOISE_ATTRIBUTES = ("nemo.run.id", "rolloutscope.replay.scenario")
 FAILURE_CLASSES = ["any", "infra", "data"]
 MAX_ROLLOUT_LANES = 120
 
@@ -163,12 +184,30 @@ class DataStore(param.Parameterized):
         self.frame_versions: dict[str, int] = dict.fromkeys(VIEWS, 0)
         self.config: dict = {}
         self.last_refresh_by_view = {}
+        self._contexts: dict[tuple, tuple[pd.DataFrame, pd.DataFrame]] = {}
+        self._range_source: object = None
+        self.range_is_incident = False  # time_range is an incident's window, not a zoom
         runs = store.run_ids()
         self.param.run_id.objects = runs
-        self.run_id = run_id or (runs[-1] if runs else None)
+        self.run_id = run_id or self.default_run(runs)
         self.refresh(full=True)
         self._default_filter()
         self.param.watch(self._on_run, "run_id")
+        self.param.watch(self._on_incident, "incident")
+
+    def default_run(self, runs: list[str]) -> str | None:
+        """The run a session opens on: the newest capture, not a replay of one written into
+        the same file (``rolloutscope demo`` and ``replay --out RUN.duckdb`` add those)."""
+        if not runs:
+            return None
+        try:
+            children = {r for (r,) in self.store.query(
+                "SELECT run_id FROM runs WHERE parent_run_id IS NOT NULL "
+                "AND parent_run_id IN (SELECT run_id FROM runs)")}
+        except StoreError:
+            children = set()
+        roots = [r for r in runs if r not in children]
+        return (roots or runs)[-1]
 
     def _typed_empty(self, spec: ViewSpec) -> pd.DataFrame:
         """The view's frame with no rows: its columns and types, from the store itself."""
@@ -201,7 +240,7 @@ class DataStore(param.Parameterized):
         if not runs:
             return False
         self.param.run_id.objects = runs
-        self.run_id = runs[-1]  # its watcher reads the run in full
+        self.run_id = self.default_run(runs)  # its watcher reads the run in full
         self._default_filter()
         return True
 
@@ -356,7 +395,125 @@ class DataStore(param.Parameterized):
         self._watermark = None
         self._ticks = 0
         self._run_mark = None
+        self._contexts = {}
         self.refresh(full=True)
+
+    # -- the time range every time plot shows -------------------------------------------------
+    def show_range(self, rng: tuple[float, float] | None, *, source: object = None) -> None:
+        """Show ``rng`` (seconds since the run started; None: each plot's default) on every
+        time plot. ``source`` is the view whose plot the user zoomed: it already shows it."""
+        if rng is not None:
+            rng = (round(float(rng[0]), 3), round(float(rng[1]), 3))
+            if rng[1] <= rng[0]:
+                return
+        self._range_source = source
+        if source is not None or rng is None:
+            self.range_is_incident = False  # a zoom, or the default
+        try:
+            self.time_range = rng
+        finally:
+            self._range_source = None
+
+    def range_from(self, view: object) -> bool:
+        """Whether the time range now changing came from ``view``'s own plot."""
+        return self._range_source is view and view is not None
+
+    def whole_run(self) -> tuple[float, float]:
+        return (0.0, max((self.last_seen_ns() - self.origin_ns()) / 1e9, 1.0))
+
+    def _on_incident(self, event) -> None:
+        """Picking an incident brings every time plot onto it; clearing the pick, back to the
+        whole run."""
+        inc = self.selected_incident()
+        rng = self.incident_window(inc) if inc is not None else None
+        rng = tuple(round(v, 3) for v in rng) if rng is not None else None
+        self.range_is_incident = rng is not None
+        if rng == self.time_range:  # the plots still redraw: the highlight moved
+            self.param.trigger("time_range")
+        else:
+            self.show_range(rng)
+            self.range_is_incident = rng is not None
+
+    def incident_window(self, incident: Mapping) -> tuple[float, float]:
+        """The seconds that show an incident: its own interval and its evidence bars (within a
+        few times its length of it: a shard's dead stay runs to the end of the run), padded."""
+        t0, now = self.origin_ns(), self.last_seen_ns()
+        start = int(incident["start_ns"])
+        end = int(incident["end_ns"]) if pd.notna(incident.get("end_ns")) else now
+        reach = max(5 * (end - start), 120 * 10**9)
+        lo, hi = start, end
+        ev = self.evidence(incident)
+        if ev:
+            for name in ("rollout_attempts", "parked_intervals", "checkpoint_ops",
+                         "shard_states", "checkpoint_windows"):
+                df = self.frames[name]
+                if not len(df) or "span_id" not in df:
+                    continue
+                rows = df[df.span_id.isin(ev)]
+                if len(rows):
+                    lo = min(lo, max(int(rows.start_ns.min()), start - reach))
+                    hi = max(hi, min(int(rows.end_ns.fillna(now).max()), end + reach))
+        return pad_range((lo - t0) / 1e9, (hi - t0) / 1e9)
+
+    # -- what an incident's evidence and context are, beyond the model views ------------------
+    def incident_context(self, incident: Mapping, window: tuple[float, float]
+                         ) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """Spans and events that tell an incident's story and that no model view holds: its
+        evidence spans found only in all_spans (a watchdog tick, an HTTP request), their
+        events (the watchdog's stall line), and around it the spans ``CONTEXT_SPANS`` names for
+        its kind (train steps, weight syncs) and any injected fault. Read on demand, once per
+        incident and window; SPAN_COLUMNS and EVENT_COLUMNS frames."""
+        key = (self.run_id, str(incident["incident_id"]), window,
+               self.frame_versions["incidents"])
+        if key in self._contexts:
+            return self._contexts[key]
+        t0 = self.origin_ns()
+        lo, hi = t0 + int(window[0] * 1e9), t0 + int(window[1] * 1e9)
+        known = set()
+        ev = self.evidence(incident)
+        for df in self.frames.values():
+            if len(df) and "span_id" in df and ev:
+                known |= set(df.span_id[df.span_id.isin(ev)].astype(str))
+        outside = sorted(ev - known)
+        names = list(dict.fromkeys(CONTEXT_SPANS.get(str(incident["kind"]), ())
+                                   + ALWAYS_CONTEXT))
+        cols = "span_id, name, service, start_ns, end_ns, status_code, attributes"
+        parts = []
+        if outside:
+            parts.append(self.store.query_df(
+                f"SELECT {cols}, true AS evidence FROM all_spans WHERE run_id = ? "
+                "AND span_id IN (SELECT unnest(?::VARCHAR[]))", [self.run_id, outside]))
+        parts.append(self.store.query_df(
+            f"SELECT {cols}, false AS evidence FROM all_spans WHERE run_id = ? "
+            "AND name IN (SELECT unnest(?::VARCHAR[])) AND start_ns <= ? "
+            "AND coalesce(end_ns, ?) >= ? ORDER BY start_ns LIMIT ?",
+            [self.run_id, names, hi, hi, lo, MAX_CONTEXT_SPANS]))
+        found = pd.concat([p for p in parts if len(p)] or [parts[-1]], ignore_index=True)
+        found = found.drop_duplicates("span_id")
+        events = pd.DataFrame(columns=["span_id", "name", "ts_ns", "attributes"])
+        with_events = list(found.span_id[found.evidence | (found.name == SpanName.FAULT)])
+        if with_events:
+            events = self.store.query_df(
+                "SELECT span_id, name, ts_ns, attributes FROM all_events WHERE run_id = ? "
+                "AND span_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY ts_ns",
+                [self.run_id, with_events])
+        lane = found.name.map(CONTEXT_LANES).fillna(found.name)
+        spans = pd.DataFrame({
+            "lane": lane.astype(str), "name": found.name.astype(str),
+            "start_ns": found.start_ns, "end_ns": found.end_ns,
+            "span_id": found.span_id.astype(str),
+            "detail": [attribute_text(a) for a in found.attributes],
+            "status": found.status_code.fillna("").astype(str)}, columns=SPAN_COLUMNS)
+        span_lane = dict(zip(spans.span_id, spans.lane))
+        ev_rows = pd.DataFrame({
+            "lane": events.span_id.map(span_lane).astype(str) if len(events) else [],
+            "name": events.name.astype(str) if len(events) else [],
+            "ts_ns": events.ts_ns if len(events) else [],
+            "detail": [attribute_text(a) for a in events.attributes] if len(events) else []},
+            columns=EVENT_COLUMNS)
+        out = (spans, ev_rows)
+        self._contexts = {key: out}  # one incident at a time is on screen
+        return out
 
     # -- what the views ask ------------------------------------------------------------------
     def view(self, name: str) -> pd.DataFrame:
@@ -546,6 +703,20 @@ class DataStore(param.Parameterized):
                                   errors="ignore")
             return {k: v for k, v in row.items() if pd.notna(v)}
         return {}
+
+
+def attribute_text(attributes: object, limit: int = 6) -> str:
+    """A span's or event's attributes as ``key=value`` pairs, the common ones left out."""
+    if attributes is None or (isinstance(attributes, float) and pd.isna(attributes)):
+        return ""
+    try:
+        attrs = json.loads(attributes) if isinstance(attributes, str) else dict(attributes)
+    except (ValueError, TypeError):
+        return str(attributes)[:200]
+    pairs = [f"{k.rsplit('.', 1)[-1] if k.startswith('nemo.') else k}={v}"
+             for k, v in attrs.items() if k not in NOISE_ATTRIBUTES]
+    more = f" (+{len(pairs) - limit})" if len(pairs) > limit else ""
+    return ", ".join(pairs[:limit]) + more
 
 
 def _fmt_s(seconds) -> str:
