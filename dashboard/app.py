@@ -29,12 +29,13 @@ from rolloutscope.dashboard.time_views import Fleet, Timeline
 from rolloutscope.dashboard.views import CSS, Checkpoints, Overview, Rollouts
 from rolloutscope.dashboard.trace_view import Traces
 from rolloutscope.dashboard.replay_view import Replay
+from rolloutscope.dashboard.diff_view import Diff
 
 log = logging.getLogger(__name__)
 
 REFRESH_MS = 1500  # live refresh period: inside the 1-2 s the views promise
 TAB_NAMES = ("Overview", "Timeline", "Checkpoints", "Fleet", "Rollouts", "Traces", "Incident",
-             "Replay")
+             "Replay", "Diff")
 
 
 @dataclass
@@ -51,18 +52,20 @@ class Dashboard:
     incident: IncidentDetail
 
     replay: Replay | None = None
+    diff: Diff | None = None
 
     @classmethod
-    def over(cls, data: DataStore) -> Dashboard:
+    def over(cls, data: DataStore, *, compare: RunStore | None = None) -> Dashboard:
+        """``compare``: another store whose runs the Replay and Diff tabs offer."""
         return cls(data, Overview(data), Timeline(data), Checkpoints(data), Fleet(data),
                    Rollouts(data), Traces(data, shown=False), IncidentDetail(data),
-                   Replay(data))
+                   Replay(data, after_store=compare), Diff(data, other_store=compare))
 
     def views(self) -> list:
         """The views in tab order (``TAB_NAMES``)."""
         out = [self.overview, self.timeline, self.checkpoints, self.fleet, self.rollouts,
                self.traces, self.incident]
-        return out + ([self.replay] if self.replay is not None else [])
+        return out + [v for v in (self.replay, self.diff) if v is not None]
 
 
 def _status_bar(data: DataStore) -> pn.Row:
@@ -119,12 +122,12 @@ def _status_bar(data: DataStore) -> pn.Row:
 
 def build_app(store: RunStore, *, live: bool, run_id: str | None = None,
               refresh_ms: int = REFRESH_MS, waiting_for: str | None = None,
-              link: dict | None = None) -> pn.Column:
+              link: dict | None = None, compare: RunStore | None = None) -> pn.Column:
     """The whole dashboard over ``store`` for one session (a served page or a notebook cell).
     ``waiting_for`` names where a live collector listens, for the page before its first span;
     ``link``: query parameters to open on (``deeplink``; a served page reads its URL's)."""
     data = DataStore(store, run_id=run_id, live=live, waiting_for=waiting_for)
-    dash = Dashboard.over(data)
+    dash = Dashboard.over(data, compare=compare)
     views = dash.views()
     tabs = pn.Tabs(*zip(TAB_NAMES, views), dynamic=True, sizing_mode="stretch_width")
 
@@ -241,12 +244,14 @@ def start_dashboard(store: RunStore, *, port: int = 0, address: str = DEFAULT_AD
 def serve_dashboard(store: RunStore, *, port: int = DEFAULT_PORT,
                     address: str = DEFAULT_ADDRESS, live: bool, show: bool = False,
                     run_id: str | None = None,
-                    on_ready: Callable[[str], None] | None = None) -> None:
+                    on_ready: Callable[[str], None] | None = None,
+                    compare: RunStore | None = None) -> None:
     """Serve the dashboard in this thread until interrupted (the CLI's foreground mode)."""
     if port:
         _require_free(address, port)
     port = port or free_port(address)
-    server = pn.serve(_factory(store, live=live, run_id=run_id, refresh_ms=REFRESH_MS),
+    server = pn.serve(_factory(store, live=live, run_id=run_id, refresh_ms=REFRESH_MS,
+                               compare=compare),
                       port=port, address=address, show=False, start=False,
                       allow_websocket_origin=websocket_origins(address, port),
                       title="rolloutscope", verbose=False)
@@ -264,11 +269,11 @@ def serve_dashboard(store: RunStore, *, port: int = DEFAULT_PORT,
 
 
 def _factory(store: RunStore, *, live: bool, run_id: str | None, refresh_ms: int,
-             waiting_for: str | None = None):
+             waiting_for: str | None = None, compare: RunStore | None = None):
     def app():
         _quiet_closed_sockets()
         return build_app(store, live=live, run_id=run_id, refresh_ms=refresh_ms,
-                         waiting_for=waiting_for)
+                         waiting_for=waiting_for, compare=compare)
     return app
 
 

@@ -98,7 +98,9 @@ def incident_scene(incident: Mapping, frames: Mapping[str, pd.DataFrame], *, t0_
                         "end_ns": [end], "span_id": [f"incident:{incident['incident_id']}"],
                         "detail": [str(incident.get("summary") or "")],
                         "status": ["incident"]}, columns=tl.SPAN_COLUMNS)
-    spans = pd.concat([own, spans], ignore_index=True) if len(spans) else own
+    own = own.astype({"end_ns": "float64"})  # an open incident has none
+    spans = pd.concat([own, spans.astype({"end_ns": "float64"})], ignore_index=True) \
+        if len(spans) else own
     instant = end is not None and end - start < 0.002 * max(now_ns - t0_ns, 1)
     marks = []
     if len(events):
