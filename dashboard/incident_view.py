@@ -141,6 +141,7 @@ class IncidentDetail(TimeView):
         xlim = self.window(inc) if inc is not None else d.whole_run()
         return tl.serving_plot(d.frames["shard_states"], t0_ns=t0, now_ns=d.last_seen_ns(),
                                router=plots.router_samples(d.frames["serving_samples"], t0),
+                               fleet=plots.fleet_samples(d.frames["serving_samples"], t0),
                                xlim=xlim, axes=tl.INCIDENT)
 
     @param.depends("data.incident", "revision")

@@ -146,9 +146,17 @@ def failure_streaks(shards: pd.DataFrame) -> hv.Bars:
         tools=["hover"], show_grid=True, ylabel="", fontsize={"yticks": "9pt", "xticks": "9pt"})
 
 
+def fleet_samples(samples: pd.DataFrame, t0_ns: int) -> pd.DataFrame:
+    """The fleet's serving shards as the watchdog sampled them (gen_fleet/serving_shards), as
+    (t, serving) steps: the fleet's line for a run recorded without shard stays."""
+    s = samples[samples.fleet_serving.notna()].sort_values("ts_ns")
+    return pd.DataFrame({"t": ((s.ts_ns - t0_ns) / S).to_numpy(dtype="float64"),
+                         "serving": s.fleet_serving.to_numpy(dtype="float64")})
+
+
 def router_samples(samples: pd.DataFrame, t0_ns: int) -> pd.DataFrame:
     """Router serving backends as (t, serving) steps for the serving plot."""
-    s = samples.sort_values("ts_ns")
+    s = samples[samples.router_serving.notna()].sort_values("ts_ns")
     return pd.DataFrame({"t": ((s.ts_ns - t0_ns) / S).to_numpy(dtype="float64"),
                          "serving": s.router_serving.to_numpy(dtype="float64")})
 

@@ -101,7 +101,8 @@ class Timeline(TimeView):
         t0, now = d.origin_ns(), d.last_seen_ns()
         return tl.serving_plot(d.frames["shard_states"], t0_ns=t0, now_ns=now,
                                xlim=self.xlim(),
-                               router=plots.router_samples(d.frames["serving_samples"], t0))
+                               router=plots.router_samples(d.frames["serving_samples"], t0),
+                               fleet=plots.fleet_samples(d.frames["serving_samples"], t0))
 
     @param.depends("revision", "data.incident", "data.rollout_filter", "data.failure_class")
     def note(self) -> pn.pane.HTML:
@@ -237,6 +238,7 @@ class Fleet(TimeView):
         t0 = d.origin_ns()
         return tl.serving_plot(d.frames["shard_states"], t0_ns=t0, now_ns=d.last_seen_ns(),
                                router=plots.router_samples(d.frames["serving_samples"], t0),
+                               fleet=plots.fleet_samples(d.frames["serving_samples"], t0),
                                xlim=self.xlim(d.whole_run()),
                                axes=tl.FLEET)
 

@@ -647,10 +647,13 @@ def serving_steps(shard_states: pd.DataFrame, *, t0_ns: int, now_ns: int) -> pd.
 def serving_plot(shard_states: pd.DataFrame, *, t0_ns: int, now_ns: int,
                  xlim: tuple[float, float] | None = None,
                  router: pd.DataFrame | None = None, height: int = style.SERVING_HEIGHT_PX,
-                 axes: Axes = TIMELINE) -> hv.Overlay:
+                 axes: Axes = TIMELINE, fleet: pd.DataFrame | None = None) -> hv.Overlay:
     """Serving shards (fleet) as a step line, with the router's serving backends if known and
-    the fleet's total shard count as a dashed reference."""
+    the fleet's total shard count as a dashed reference. ``fleet``: the fleet's serving count
+    as sampled (t, serving), drawn where the run has no shard stays (metrics only)."""
     steps = serving_steps(shard_states, t0_ns=t0_ns, now_ns=now_ns)
+    if not len(steps) and fleet is not None and len(fleet):
+        steps = fleet[["t", "serving"]]
     total = float(shard_states.shard_idx.nunique()) if len(shard_states) else 0.0
     span = (0.0, max((now_ns - t0_ns) / S, 1.0))
     xlim = xlim or span

@@ -223,3 +223,5 @@ def test_a_span_that_ends_closes_only_its_own_runs_open_interval(store_path):
         assert store.query("SELECT run_id FROM open_spans") == [("capture",)]
         assert store.query("SELECT run_id, is_open FROM all_spans ORDER BY run_id") == [
             ("capture", True), ("replay", False)]
+    with RunStore(store_path) as store:  # closing drops markers of ended spans: of its run only
+        assert store.query("SELECT run_id FROM open_spans") == [("capture",)]
