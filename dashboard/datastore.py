@@ -404,7 +404,7 @@ class DataStore(param.Parameterized):
         time plot. ``source`` is the view whose plot the user zoomed: it already shows it."""
         if rng is not None:
             rng = (round(float(rng[0]), 3), round(float(rng[1]), 3))
-            if rng[1] <= rng[0]:
+            if not rng[1] > rng[0]:  # also refuses NaN
                 return
         self._range_source = source
         if source is not None or rng is None:

@@ -43,7 +43,6 @@ class IncidentDetail(TimeView):
         self.lanes = hv.DynamicMap(self._lanes, streams=streams)
         self.gauges = hv.DynamicMap(self._gauges, streams=streams)
         self.serving = hv.DynamicMap(self._serving, streams=streams)
-        self._range = self.watch_range(self.lanes)
         self._scene_for: tuple | None = None
         self._scene: Scene | None = None
 
@@ -120,8 +119,9 @@ class IncidentDetail(TimeView):
                 "parked_intervals", "deadlines", "completions", "incidents")})
             return tl.lane_plot(empty, t0_ns=t0, now_ns=now, axes=tl.INCIDENT)
         inc = self.shown_incident()
-        return tl.lane_plot(scene.frames, t0_ns=t0, now_ns=now, xlim=self.window(inc),
-                            highlight=self._highlight(inc), axes=tl.INCIDENT)
+        return self.watched(tl.lane_plot(scene.frames, t0_ns=t0, now_ns=now,
+                                         xlim=self.window(inc), highlight=self._highlight(inc),
+                                         axes=tl.INCIDENT))
 
     def _gauges(self, revision, view_range, incident):
         d = self.data

@@ -61,7 +61,6 @@ class Replay(TimeView):
                    hv.streams.Params(data, ["incident"])]
         self.before_plot = hv.DynamicMap(self._plot_before, streams=streams)
         self.after_plot = hv.DynamicMap(self._plot_after, streams=streams)
-        self._range = self.watch_range(self.before_plot)
         self.param.watch(self._reload, ["revision", "after_run"])
         data.param.watch(self._on_run, "run_id")
 
@@ -158,8 +157,9 @@ class Replay(TimeView):
 
     def _plot_before(self, revision, after_run, view_range, incident):
         xlim, hl = self._focus()
-        return rp.replay_timeline(self._before, self._lanes, title=f"before: {self.data.run_id}",
-                                  xlim=xlim, highlight=hl)
+        return self.watched(rp.replay_timeline(self._before, self._lanes,
+                                               title=f"before: {self.data.run_id}", xlim=xlim,
+                                               highlight=hl))
 
     def _plot_after(self, revision, after_run, view_range, incident):
         xlim, hl = self._focus()

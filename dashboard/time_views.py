@@ -45,7 +45,6 @@ class Timeline(TimeView):
         self.lanes = hv.DynamicMap(self._lanes, streams=streams)
         self.gauges = hv.DynamicMap(self._gauges, streams=streams)
         self.serving = hv.DynamicMap(self._serving, streams=streams)
-        self._range = self.watch_range(self.lanes)
         self.whole = pn.widgets.Button(label="Whole run", width=100)
         self.whole.on_click(self._whole_run)
         self._sampled = False
@@ -86,8 +85,8 @@ class Timeline(TimeView):
         if inc is not None:
             end = inc["end_ns"] if pd.notna(inc["end_ns"]) else now
             highlight = ((inc["start_ns"] - t0) / S, (end - t0) / S)
-        return tl.lane_plot(frames, t0_ns=t0, now_ns=now, xlim=self.xlim(),
-                            highlight=highlight)
+        return self.watched(tl.lane_plot(frames, t0_ns=t0, now_ns=now, xlim=self.xlim(),
+                                         highlight=highlight))
 
     def _gauges(self, revision, view_range, rollout_filter, failure_class):
         d = self.data
@@ -185,7 +184,6 @@ class Fleet(TimeView):
         streams = [hv.streams.Params(self, ["revision", "view_range"])]
         self.lane_plot = hv.DynamicMap(self._lanes, streams=streams)
         self.serving_plot = hv.DynamicMap(self._serving, streams=streams)
-        self._range = self.watch_range(self.lane_plot)
         self._show_empty()
         self._changed("tables", *self.FRAMES)
         self.param.watch(self._update, "revision")
@@ -230,8 +228,9 @@ class Fleet(TimeView):
     def _lanes(self, revision=None, view_range=None):
         d = self.data
         frames = self._frames(keep=("checkpoint_windows", "shard_states"))
-        return tl.lane_plot(frames, t0_ns=d.origin_ns(), now_ns=d.last_seen_ns(),
-                            xlim=self.xlim(d.whole_run()), markers=False, axes=tl.FLEET)
+        return self.watched(tl.lane_plot(frames, t0_ns=d.origin_ns(), now_ns=d.last_seen_ns(),
+                                         xlim=self.xlim(d.whole_run()), markers=False,
+                                         axes=tl.FLEET))
 
     def _serving(self, revision=None, view_range=None):
         d = self.data

@@ -462,9 +462,10 @@ def lane_plot(frames: TimelineFrames, *, t0_ns: int, now_ns: int,
     common = dict(xlim=xlim, ylim=ylim, framewise=True)
     vd = ["color", "lane", "what", "detail", "start_s", "end_s", "span_id", "span", "dur_s"]
     layers = [
+        # no hover on the shading: it covers every lane of its stretch, and its tooltip would
+        # hide the bars' (the key names it; the Incident tab's incident lane has its summary)
         hv.Rectangles(stalls, kdims, ["what", "detail"], group="Stall", label="stall").opts(
-            color=style.STALL, alpha=0.10, line_alpha=0, tools=["hover"],
-            hover_tooltips=SHADE_TOOLTIPS, **common),
+            color=style.STALL, alpha=0.10, line_alpha=0, **common),
         hv.Rectangles(hl, kdims, ["what", "detail"], group="Highlight",
                       label="selected incident").opts(
             color=style.INCIDENT_SPAN, alpha=0.25, line_alpha=0, **common),

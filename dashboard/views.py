@@ -24,6 +24,7 @@ strings, tables use Tabulator's ``plaintext``/``textarea`` formatters, which san
 from __future__ import annotations
 
 import html
+import math
 from datetime import UTC, datetime
 
 import holoviews as hv
@@ -185,6 +186,7 @@ class TimeView(View):
         super().__init__(data, **params)
         self._shown_range: tuple[float, float] | None = None
         self._range_stale = False
+        self._watched_ranges: set[int] = set()
         data.param.watch(self._on_time_range, "time_range")
         self.param.watch(self._range_on_show, "shown")
 
@@ -201,15 +203,37 @@ class TimeView(View):
             self._range_stale = False
             self.view_range += 1
 
-    def watch_range(self, plot: hv.DynamicMap) -> hv.streams.RangeX:
-        stream = hv.streams.RangeX(source=plot)
-        stream.add_subscriber(self._on_range)
-        return stream
+    def range_hook(self):
+        """A plot hook that reports the plot's x range to ``_on_range`` whenever it changes in
+        the browser (a zoom, a pan, a box zoom). A RangeX stream would do it, but one whose
+        source is a DynamicMap of overlays gets no callback (HoloViews attaches range callbacks
+        to element plots), so the hook watches the Bokeh range itself."""
+        watched = self._watched_ranges
+
+        def hook(plot, element) -> None:
+            rng = plot.state.x_range
+            if id(rng) in watched:
+                return
+            watched.add(id(rng))
+
+            def changed(attr, old, new) -> None:
+                self._on_range(x_range=(rng.start, rng.end))
+
+            rng.on_change("start", changed)
+            rng.on_change("end", changed)
+
+        return hook
+
+    def watched(self, element):
+        """``element`` (a time plot's overlay) with its x range watched."""
+        return element.opts(hv.opts.Overlay(hooks=[tl.frame_hook, self.range_hook()]))
 
     def _on_range(self, x_range=None, **_) -> None:
         if x_range is None or None in x_range:
             return
         rng = (float(x_range[0]), float(x_range[1]))
+        if not all(math.isfinite(v) for v in rng):
+            return  # a plot not laid out yet reports NaN
         shown = self._shown_range
         if shown is not None and all(abs(a - b) <= 1e-6 * max(1.0, abs(b))
                                      for a, b in zip(rng, shown)):
