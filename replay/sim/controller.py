@@ -225,6 +225,12 @@ class ControllerSide:
         self._end_deadline(t, {Attr.DEADLINE_STATE_WHEN_FIRED: state})
         self._fail(t, rollout_timeout(d.budget_s))
 
+    def deadline_fired(self, key: Any) -> None:
+        """A deadline that fires itself (real ``_Deadline`` code on the runtime) expired."""
+        t = self._deadline_tries.get(key)
+        if t is not None and not t.ended:
+            self._fire(t)
+
     def _end_deadline(self, t: RLTry, extra: dict[str, Any] | None = None) -> None:
         d = t.deadline
         if d is None or t.deadline_span is None:

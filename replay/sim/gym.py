@@ -290,6 +290,7 @@ class GymSide:
             self.w.on_gym_change()  # a stream that ended may unblock a prepare
 
     def _delivered(self, run: Run) -> None:
+        self.w.agent.model_call_delivered(run.key)
         if self.w.env_dead:
             run.activity = Activity.TOOL  # a dead Gym subprocess never answers the tool step
             return

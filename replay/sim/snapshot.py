@@ -22,7 +22,7 @@ from rolloutscope.vocabulary import (
     SpanName,
 )
 from rolloutscope.replay.engine import Priority, Timer
-from rolloutscope.replay.participants.agent import AgentParticipant, CompletionReceipt
+from rolloutscope.replay.participants.agent import CompletionReceipt
 from rolloutscope.replay.participants.coordinator import PrepareProgress
 from rolloutscope.replay.participants.environment import ResourcesParticipant
 from rolloutscope.replay.participants.model import ModelParticipant
@@ -106,14 +106,14 @@ class SnapshotProcess:
                                                          note.at, self._p_attrs(p, note.checkpoint_id),
                                                          parent)
                     w.tel.event(self._open[p.instance], EventName.CK_ADMISSION_CLOSED, note.at)
-                    if isinstance(p, AgentParticipant):
+                    if p.kind is ParticipantKind.AGENT:
                         w.gym.on_park_requested()
                 elif note.kind is NoteKind.ADMISSION_OPENED:
                     if span is not None:
                         w.tel.event(span, EventName.CK_ADMISSION_OPENED, note.at)
                         w.tel.end(span, note.at)
                         del self._open[p.instance]
-                    if isinstance(p, AgentParticipant):
+                    if p.kind is ParticipantKind.AGENT:
                         w.gym.on_agent_released(p.released)
                     elif isinstance(p, ModelParticipant):
                         w.gym.on_model_reopened(p.delivered, p.admitted)
@@ -355,7 +355,7 @@ class SnapshotProcess:
             attrs = {**self._p_attrs(p, None), **self._reply_attrs(p, reply),
                      Attr.CK_EPISODES: len(episodes)}
             w.tel.instant(service_of(p), SpanName.CK_RETIRE, w.now, attrs, coord)
-            if isinstance(p, AgentParticipant) and reply.ok:
+            if p.kind is ParticipantKind.AGENT and reply.ok:
                 w.gym.retired(reply.extra.get("retired", ()))
                 receipts.extend(reply.extra.get("receipts", ()))
         self.drain_notes()

@@ -22,13 +22,30 @@ from rolloutscope.replay.sim.controller import ControllerSide
 from rolloutscope.replay.sim.fleet import FleetHealthFactory, FleetSide, RouterFactory
 from rolloutscope.replay.sim.gym import GymSide
 from rolloutscope.replay.sim.snapshot import SnapshotProcess
-from rolloutscope.replay.telemetry import Telemetry
+from rolloutscope.replay.telemetry import VIRTUAL_EPOCH_NS, Telemetry
 from rolloutscope.replay.variants import Variant
+from rolloutscope.replay.virtual_time import AsyncRuntime
 
 
 # builds the controller's deadline registry: (clock, counted holders?) -> a registry with the
 # reference model's public methods (add, complete, cancel, fire, suspend, resume)
 DeadlineRegistryFactory = Callable[..., Any]
+# builds the agent participant: (runtime, instance, lease_grace_s) -> the reference surface
+AgentParticipantFactory = Callable[..., Any]
+
+
+def _with_runtime(factory: Callable[..., Any], world: World, **kwargs: Any) -> Any:
+    """Call a participant factory, handing it the virtual-time runtime if it takes one (real
+    async code runs there)."""
+    import inspect
+
+    takes = getattr(factory, "takes_runtime", None)
+    if takes is None:
+        try:
+            takes = "runtime" in inspect.signature(factory).parameters
+        except (TypeError, ValueError):
+            takes = False
+    return factory(**kwargs, runtime=world.runtime) if takes else factory(**kwargs)
 
 
 def reference_deadline_registry(*, clock: Clock, counted: bool) -> DeadlineRegistry:
@@ -48,6 +65,7 @@ class World:
                  fleet_health_factory: FleetHealthFactory | None = None,
                  router_factory: RouterFactory | None = None,
                  deadline_registry_factory: DeadlineRegistryFactory | None = None,
+                 agent_participant_factory: AgentParticipantFactory | None = None,
                  generation: GenerationSession | None = None) -> None:
         self.scenario = scenario
         # real model calls (a wall-clock replay on an engine); None: the captured timings
@@ -55,6 +73,7 @@ class World:
         self.variants = frozenset(variants)
         self.tel = tel
         self.sched = sched or Scheduler()
+        self._runtime: AsyncRuntime | None = None
         clock = self.sched.clock
         ck = scenario.config.checkpoint
         lease = {"clock": clock, "lease_grace_s": ck.lease_grace_s}
@@ -64,7 +83,10 @@ class World:
             generation_cuts=ck.generation_cuts,
             calls_wait_at_closed_admission=Variant.CALLS_WAIT_AT_CLOSED_ADMISSION in self.variants,
             **lease)
-        self.agent = AgentParticipant(instance="agent", **lease)
+        self.agent = (AgentParticipant(instance="agent", **lease)
+                      if agent_participant_factory is None else _with_runtime(
+                          agent_participant_factory, self, instance="agent",
+                          lease_grace_s=ck.lease_grace_s))
         self.resources = ResourcesParticipant(instance="resources", **lease)
         self.coordinator = CheckpointCoordinator({
             ParticipantKind.ENVIRONMENT: [self.environment], ParticipantKind.MODEL: [self.model],
@@ -74,20 +96,42 @@ class World:
         # training switch restart that switch's clocks early
         counted = bool({Variant.COUNTED_DEADLINE_HOLDERS,
                         Variant.PAUSE_DEADLINES_DURING_SNAPSHOT} & self.variants)
-        self.deadlines = (deadline_registry_factory or reference_deadline_registry)(
-            clock=clock, counted=counted)
+        self.deadlines = _with_runtime(deadline_registry_factory or reference_deadline_registry,
+                                       self, clock=clock, counted=counted)
         self.env_dead = False
         self.fleet = FleetSide(self, fleet_health_factory=fleet_health_factory,
                                router_factory=router_factory)
         self.gym = GymSide(self)
         self.controller = ControllerSide(self)
         self.snapshots = SnapshotProcess(self)
+        # real code that acts on its own, on the virtual-time runtime: a deadline expiring, a
+        # participant's lease running out
+        if getattr(self.deadlines, "fires_itself", False):
+            self.deadlines.on_fire = self.controller.deadline_fired
+        if hasattr(self.agent, "on_change"):
+            self.agent.on_change = self._participant_acted
         self.completions = 0
         self.stalls = 0
 
     @property
     def now(self) -> float:
         return self.sched.clock.t
+
+    @property
+    def runtime(self) -> AsyncRuntime:
+        """The event loop real async participants run on, on this replay's clock (made on first
+        use: a replay of the reference models never needs one)."""
+        if self._runtime is None:
+            self._runtime = AsyncRuntime(self.sched, epoch_s=VIRTUAL_EPOCH_NS / 1e9)
+        return self._runtime
+
+    def _participant_acted(self) -> None:
+        self.snapshots.drain_notes()
+        self.on_gym_change()
+
+    def close(self) -> None:
+        if self._runtime is not None:
+            self._runtime.close()
 
     def on_gym_change(self) -> None:
         if self.snapshots.preparing:
