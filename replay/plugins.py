@@ -460,6 +460,12 @@ def participant_factories(specs: Iterable[ParticipantSpec | str], *,
             kind, r.target, r.module, gym=gym,
             registry=registry.target if kind is PluginKind.DEADLINE and rl_registry else None)
     labels = tuple(r.label for r in resolved.values())
+    if rl_registry and deadline is not None and registry is not None and \
+            "registry" not in inspect.signature(deadline.target).parameters:
+        resolved[PluginKind.DEADLINE] = dataclasses.replace(deadline, record=dataclasses.replace(
+            deadline.record, note="; ".join(filter(None, [
+                deadline.record.note, f"made registry-aware by "
+                f"{registry.target.__qualname__}.patch (it takes no registry)"]))))
     records = tuple(r.record for k, r in resolved.items())
     return Plugged(factories=factories, implementations=records, labels=labels)
 

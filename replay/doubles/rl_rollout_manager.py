@@ -15,18 +15,18 @@ class _Deadline:
     def __init__(self, seconds: Optional[float], description: str) -> None:
         self._seconds = seconds
         self._description = description
-        self._scope: Optional[asyncio.Timeout] = None
+        self._timeout: Optional[asyncio.Timeout] = None
 
     async def __aenter__(self) -> "_Deadline":
-        self._scope = asyncio.timeout(self._seconds)
-        await self._scope.__aenter__()
+        self._timeout = asyncio.timeout(self._seconds)
+        await self._timeout.__aenter__()
         return self
 
     async def __aexit__(self, exc_type, exc, tb) -> Optional[bool]:
-        assert self._scope is not None
+        assert self._timeout is not None
         try:
-            return await self._scope.__aexit__(exc_type, exc, tb)
+            return await self._timeout.__aexit__(exc_type, exc, tb)
         except TimeoutError as expired:
-            if not self._scope.expired():
+            if not self._timeout.expired():
                 raise
             raise RolloutTimeout(f"{self._description} exceeded {self._seconds}s") from expired

@@ -47,36 +47,36 @@ class _Deadline:
         self._seconds = seconds
         self._description = description
         self._registry = registry
-        self._scope: Optional[asyncio.Timeout] = None
-        self._banked: Optional[float] = None
+        self._timeout: Optional[asyncio.Timeout] = None
+        self._remaining: Optional[float] = None
 
     async def __aenter__(self) -> "_Deadline":
-        self._scope = asyncio.timeout(self._seconds)
-        await self._scope.__aenter__()
+        self._timeout = asyncio.timeout(self._seconds)
+        await self._timeout.__aenter__()
         if self._registry is not None:
             self._registry.add(self)
         return self
 
     async def __aexit__(self, exc_type, exc, tb) -> Optional[bool]:
-        assert self._scope is not None
+        assert self._timeout is not None
         if self._registry is not None:
             self._registry.discard(self)
         try:
-            return await self._scope.__aexit__(exc_type, exc, tb)
+            return await self._timeout.__aexit__(exc_type, exc, tb)
         except TimeoutError as expired:
-            if not self._scope.expired():
+            if not self._timeout.expired():
                 raise
             raise RolloutTimeout(f"{self._description} exceeded {self._seconds}s") from expired
 
     def suspend(self) -> None:
-        scope = self._scope
-        if scope is None or self._banked is not None or scope.expired() or scope.when() is None:
+        scope = self._timeout
+        if scope is None or self._remaining is not None or scope.expired() or scope.when() is None:
             return
-        self._banked = max(0.0, scope.when() - asyncio.get_running_loop().time())
+        self._remaining = max(0.0, scope.when() - asyncio.get_running_loop().time())
         scope.reschedule(None)
 
     def resume(self) -> None:
-        if self._scope is None or self._banked is None:
+        if self._timeout is None or self._remaining is None:
             return
-        self._scope.reschedule(asyncio.get_running_loop().time() + self._banked)
-        self._banked = None
+        self._timeout.reschedule(asyncio.get_running_loop().time() + self._remaining)
+        self._remaining = None

@@ -67,9 +67,11 @@ class SpanDifference:
     field: str  # "missing", "extra", or the attribute / column that differs
     reference: str | None
     plugged: str | None
+    subject: str = ""  # what the span is about: "shard 1 suspect", "rollout p00000-0", ...
 
     def line(self) -> str:
-        return (f"first difference at {self.at_s:g} s in {self.span}: {self.field} "
+        about = f" ({self.subject})" if self.subject else ""
+        return (f"first difference at {self.at_s:g} s in {self.span}{about}: {self.field} "
                 f"(reference {self.reference!r}, plugged {self.plugged!r})")
 
 
@@ -81,6 +83,9 @@ class ReferenceComparison:
     incidents_only_plugged: tuple[tuple[str, str], ...] = ()
     # fix variants which, turned on for the reference models, give exactly the plugged spans
     matches_reference_with: tuple[str, ...] | None = None
+    # ... which give the same incidents (kind and subject), whatever the spans; "" is the
+    # reference models as replayed
+    incidents_match_with: tuple[str, ...] = ()
     variants_tried: tuple[str, ...] = ()
 
     @property
@@ -99,8 +104,13 @@ class ReferenceComparison:
             out.append("identical to the reference models with "
                        + ", ".join(self.matches_reference_with))
         elif self.variants_tried:
-            out.append("no fix variant of the reference models reproduces it (tried "
+            out.append("no fix variant of the reference models gives the same spans (tried "
                        + ", ".join(self.variants_tried) + ")")
+        named = [v for v in self.incidents_match_with if v]
+        if "" in self.incidents_match_with:
+            out.append("same incidents as the reference models")
+        elif named:
+            out.append("same incidents as the reference models with " + ", ".join(named))
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -111,6 +121,7 @@ class ReferenceComparison:
                 "incidents_only_plugged": [list(k) for k in self.incidents_only_plugged],
                 "matches_reference_with": None if self.matches_reference_with is None
                 else list(self.matches_reference_with),
+                "incidents_match_with": list(self.incidents_match_with),
                 "variants_tried": list(self.variants_tried)}
 
 

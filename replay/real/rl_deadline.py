@@ -79,11 +79,16 @@ class RealDeadlines:
         self.unsuspendable = 0  # suspends asked of a deadline class that cannot suspend
         takes_registry = "registry" in inspect.signature(deadline_cls).parameters
         if registry is not None and not takes_registry:
-            raise TypeError(f"{deadline_cls.__qualname__} takes no registry: plug the "
-                            f"registry-aware _Deadline (NeMo-RL 00420a1) or a patched one")
+            patch = getattr(type(registry), "patch", None)
+            if patch is None:
+                raise TypeError(f"{deadline_cls.__qualname__} takes no registry: plug the "
+                                f"registry-aware _Deadline (NeMo-RL 00420a1), or a registry "
+                                f"whose patch(deadline_cls) makes it registry-aware")
+            self.deadline_cls = deadline_cls = patch(deadline_cls)
         self._with_registry = registry is not None
         self._holder_args = registry is not None and _takes_argument(registry.suspend)
-        runtime.register(PARTICIPANT, modules=(deadline_cls.__module__,))
+        runtime.register(PARTICIPANT, modules=tuple({deadline_cls.__module__,
+                                                     type(registry).__module__}))
 
     # -- the registry surface -------------------------------------------------------------------
     @property
