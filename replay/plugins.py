@@ -344,12 +344,8 @@ def engine_factory(kind: str | PluginKind, target: Any, module: Any = None,
                                                      module or importlib.import_module(
                                                          target.__module__))
         else:
-            inner = rl_fleet.fleet_health_from_factory(target)
-
-            def build(**kw: Any) -> Any:
-                adapter = inner(**kw)
-                validate(kind, adapter.inner)
-                return adapter
+            build = rl_fleet.fleet_health_from_factory(
+                lambda **kw: call_with_accepted(target, kw), lambda obj: validate(kind, obj))
     elif kind is PluginKind.ROUTER:
         if inspect.isclass(target) and _keyword_only(target, "backend_urls"):
             build = rl_router.router_from_class(validate(kind, target))

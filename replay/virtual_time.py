@@ -369,8 +369,10 @@ class AsyncRuntime:
 
     def _drain(self, *, due_timers: bool) -> None:
         if self._running:
-            raise RuntimeReentryError("the virtual-time runtime was entered from its own loop; "
-                                      "code on the loop must post() engine work instead")
+            error = RuntimeReentryError("the virtual-time runtime was entered from its own "
+                                        "loop; code on the loop must post() engine work instead")
+            self._errors.append(error)  # raised by the outer settle, whoever catches this one
+            raise error
         if self.closed:
             return
         loop = self.loop

@@ -204,10 +204,11 @@ class GymAgent:
                         ex.parked = False
                         self._released_now.append(ex.key)
                     ex.model_done = asyncio.get_running_loop().create_future()
+                    # parked_in_model stays set until the agent's admission reopens: the
+                    # engine keeps the run parked (its parked span open) until the agent
+                    # releases it, even when the model reopened first and delivered
                     async with act.awaiting_model():
                         await ex.model_done
-                    if ex.parked_in_model:
-                        ex.parked_in_model = False
         except asyncio.CancelledError:
             ex.stopped_by.append("cancelled")  # a retire stopped the activation
         except Exception as exc:  # the session was retired under a parked boundary
@@ -467,7 +468,10 @@ class GymAgent:
             self._accepting = accepting
             if accepting:
                 released = list(self._released_now)
-                released += [ex.key for ex in self._executions.values() if ex.parked_in_model]
+                for ex in self._executions.values():
+                    if ex.parked_in_model:
+                        ex.parked_in_model = False
+                        released.append(ex.key)
                 self.released, self._released_now = sorted(set(released)), []
                 self.notes.append(Note(NoteKind.ADMISSION_OPENED, now, ck))
             else:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import dataclasses
 import io
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -206,21 +205,17 @@ def fleet_health_from_class(cls: type, module: Any) -> Callable[..., RealFleetHe
     return build
 
 
-def fleet_health_from_factory(factory: Callable[..., Any]) -> Callable[..., RealFleetHealth]:
-    """A user's factory that returns an object with the real API (built however they like)."""
+def fleet_health_from_factory(make: Callable[..., Any],
+                              check: Callable[[Any], Any]) -> Callable[..., RealFleetHealth]:
+    """A user's factory (``make(num_shards=, config=, clock=, base_urls=)``, called with the
+    ones it names) returning an object with the real API, which ``check`` vets."""
 
     def build(*, num_shards: int, config: Any, clock: Callable[[], float],
               base_urls: Sequence[str], observer: Callable[[Transition], None] | None = None
               ) -> RealFleetHealth:
-        from rolloutscope.replay.plugins import call_with_accepted
-
-        inner = call_with_accepted(factory, {"num_shards": num_shards, "config": config,
-                                             "clock": clock, "base_urls": tuple(base_urls)})
+        inner = check(make(num_shards=num_shards, config=config, clock=clock,
+                           base_urls=tuple(base_urls)))
         return RealFleetHealth(inner, num_shards=num_shards, clock=clock, config=config,
                                observer=observer)
 
     return build
-
-
-def fields_of(spec: Any) -> dict[str, Any]:
-    return {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}

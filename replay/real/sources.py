@@ -297,6 +297,7 @@ class UpstreamCode:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         module = ModuleType(f"_rolloutscope_extracted.{name}")
         module.__file__ = str(path)
+        sys.modules[module.__name__] = module  # where the runtime finds it to virtualise time
         namespace = vars(module)
         skipped: list[str] = []
         for node in tree.body:
