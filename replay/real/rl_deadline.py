@@ -30,7 +30,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from rolloutscope.replay.participants.deadlines import Deadline, HolderChange
-from rolloutscope.replay.virtual_time import AsyncRuntime
+from rolloutscope.replay.virtual_time import AsyncRuntime, ParticipantTaskError
 from rolloutscope.vocabulary import DeadlineHolder, DeadlineKind, DeadlineOutcome
 
 # RL's descriptions, as they appear in the RolloutTimeout message
@@ -50,6 +50,13 @@ class _Mirror(Deadline):
 
     def due_at(self) -> float | None:
         return None
+
+
+def _is_expiry(error: BaseException) -> bool:
+    """RL's relabelled expiry (``RolloutTimeout``, by name: the class is the user's RL's), or
+    the bare ``TimeoutError`` of a deadline that does not relabel."""
+    return isinstance(error, TimeoutError) or any(
+        cls.__name__ == "RolloutTimeout" for cls in type(error).__mro__)
 
 
 def _takes_argument(fn: Callable[..., Any]) -> bool:
@@ -73,7 +80,7 @@ class RealDeadlines:
         self.registry = registry
         self.counted = counted
         self.on_fire: Callable[[Hashable], None] | None = None
-        self._live: dict[Hashable, tuple[_Mirror, asyncio.Future]] = {}
+        self._live: dict[Hashable, tuple[_Mirror, asyncio.Future, Any]] = {}
         self._fired: dict[Hashable, str] = {}
         self.expiries: list[str] = []  # each RolloutTimeout the real class raised, as text
         self.unsuspendable = 0  # suspends asked of a deadline class that cannot suspend
@@ -103,7 +110,7 @@ class RealDeadlines:
         return int(count) if count is not None else int(self.suspended)
 
     def live(self) -> tuple[Deadline, ...]:
-        return tuple(m for m, _ in self._live.values())
+        return tuple(m for m, _, _ in self._live.values())
 
     def add(self, key: Hashable, *, kind: DeadlineKind, budget_s: float) -> Deadline:
         now = self.runtime.now
@@ -112,18 +119,27 @@ class RealDeadlines:
         description = DESCRIPTIONS.get(kind, str(kind))
         deadline = (self.deadline_cls(budget_s, description, registry=self.registry)
                     if self._with_registry else self.deadline_cls(budget_s, description))
-        self._live[key] = (mirror, done)
-        self.runtime.run(self._guard(key, deadline, done), participant=PARTICIPANT,
-                         what=f"{self.deadline_cls.__qualname__}({budget_s:g}, {description!r})")
+        guard = self.runtime.spawn(
+            self._guard(key, deadline, done), participant=PARTICIPANT,
+            what=f"{self.deadline_cls.__qualname__}({budget_s:g}, {description!r})")
+        self._live[key] = (mirror, done, guard)
+        self.runtime.settle()
         return mirror
 
     async def _guard(self, key: Hashable, deadline: Any, done: asyncio.Future) -> None:
+        entered = False
         try:
             async with deadline:
+                entered = True
                 await done
         except _Abandoned:
             return
-        except Exception as exc:  # the deadline's own expiry (RolloutTimeout, relabelled)
+        except Exception as exc:
+            if not (entered and _is_expiry(exc)):
+                # not the deadline firing: the deadline code itself failed
+                self.runtime.violation(ParticipantTaskError(
+                    PARTICIPANT, f"{self.deadline_cls.__qualname__} for {key!r}", exc))
+                return
             text = f"{type(exc).__name__}: {exc}"
             self.expiries.append(text)
             self._fired[key] = text
@@ -134,9 +150,11 @@ class RealDeadlines:
             self.on_fire(key)
 
     def _end(self, key: Hashable, outcome: DeadlineOutcome) -> Deadline:
-        mirror, done = self._live.pop(key)
+        mirror, done, guard = self._live.pop(key)
         if not done.done():
-            if outcome is DeadlineOutcome.COMPLETED:
+            if guard.done:  # the guard already left (it fired): nobody awaits the future
+                done.cancel()
+            elif outcome is DeadlineOutcome.COMPLETED:
                 done.set_result(None)
             else:
                 done.set_exception(_Abandoned())
@@ -172,7 +190,7 @@ class RealDeadlines:
         changed: list[Deadline] = []
         if was != self.suspended:
             now = self.runtime.now
-            for mirror, _ in self._live.values():
+            for mirror, _, _ in self._live.values():
                 (mirror._suspend if suspend else mirror._resume)(now)
                 changed.append(mirror)
         return HolderChange(holder, self.holders_count, tuple(changed))
