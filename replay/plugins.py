@@ -112,6 +112,34 @@ class UnknownPluginKindError(PluginError):
                          f"{', '.join(k.value for k in PluginKind)}")
 
 
+# Gym participants the replay does not drive with real code, and why (docs/replaying-real-code.md)
+NOT_PLUGGABLE = {
+    "model_participant": (
+        "NeMo-Gym's PolicyModelParticipant (nemo_gym/_checkpoint/model.py at b58bb4f) does not "
+        "load with the checkpoint stack it ships with: it imports nemo_gym._checkpoint."
+        "generation_cut, nemo_gym.token_id_capture (fingerprint, sink, staging.records) and "
+        "errors.InvalidRolloutIdError, which the matching errors.py lacks; the replay keeps the "
+        "reference policy-model participant"),
+    "environment_participant": (
+        "NeMo-Gym's EnvironmentParticipant is driven by an environment server's episode steps "
+        "(begin(episode, task, deadline: asyncio.Timeout), step(...), boundary(...)); the "
+        "replayed runs are agent /run executions with no environment-server steps to drive it"),
+    "resources_participant": (
+        "NeMo-Gym's ResourcesParticipant is not wired: the replayed tool calls carry no MCP "
+        "session ids for admit()/request_started()/request_ended(); the replay keeps the "
+        "reference resources participant"),
+    "checkpoint_participant": (
+        "name the participant: agent_participant is the NeMo-Gym checkpoint participant the "
+        "replay drives with real code"),
+}
+
+
+class UnsupportedPluginKindError(PluginError):
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        super().__init__(f"{kind} cannot be plugged: {NOT_PLUGGABLE[kind]}")
+
+
 class PluginLoadError(PluginError):
     def __init__(self, ref: str, detail: str) -> None:
         self.ref = ref
@@ -158,6 +186,8 @@ def plugin_kind(kind: str | PluginKind) -> PluginKind:
     try:
         return PluginKind(kind)
     except ValueError:
+        if str(kind) in NOT_PLUGGABLE:
+            raise UnsupportedPluginKindError(str(kind)) from None
         raise UnknownPluginKindError(str(kind)) from None
 
 
@@ -468,8 +498,8 @@ def participant_factories(specs: Iterable[ParticipantSpec | str], *,
 
 __all__ = [
     "ENGINE_SLOT", "ENTRY_POINT_GROUP", "REAL_CLASSES", "ParticipantSpec", "PluginError",
-    "PluginKind", "PluginLoadError", "Plugged", "ProtocolMismatchError", "Resolved",
-    "UnknownPluginKindError", "call_with_accepted", "discover", "engine_factory",
+    "NOT_PLUGGABLE", "PluginKind", "PluginLoadError", "Plugged", "ProtocolMismatchError",
+    "Resolved", "UnknownPluginKindError", "UnsupportedPluginKindError", "call_with_accepted", "discover", "engine_factory",
     "load_factory", "parse_paths", "participant_factories", "protocol_members", "resolve",
     "resolve_factory", "validate",
 ]

@@ -169,3 +169,13 @@ def test_the_same_program_interleaves_the_same_way_every_time():
     first = trace()
     assert len(first) == 30
     assert first == trace()
+
+
+def test_blocking_work_offloaded_with_to_thread_is_not_a_stall():
+    sched, rt = _runtime(stall_limit_s=0.05)
+
+    async def offloads_a_slow_write():
+        await asyncio.to_thread(threading.Event().wait, 0.2)
+        return "written"
+
+    assert rt.run(offloads_a_slow_write(), participant="p", what="write").result() == "written"

@@ -197,3 +197,12 @@ def test_a_kind_the_engine_cannot_take_comes_back_as_an_error_not_an_exception(
     result = replay_run(capture, out=tmp_path / "x.duckdb", participants=factories)
     assert result.error is not None and "cannot take a plugged model_participant" in \
         result.error
+
+
+def test_a_gym_participant_the_replay_cannot_drive_says_exactly_why():
+    from rolloutscope.replay.plugins import UnsupportedPluginKindError
+
+    with pytest.raises(UnsupportedPluginKindError) as err:
+        ParticipantSpec.parse("model_participant=nemo_gym")
+    assert "nemo_gym._checkpoint.generation_cut" in str(err.value)
+    assert "errors.InvalidRolloutIdError" in str(err.value)
