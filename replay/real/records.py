@@ -180,20 +180,16 @@ def plugin_record(kind: str, obj: Any) -> ImplementationRecord:
     path = getattr(module, "__file__", None)
     package = sys.modules.get(module_name.split(".")[0])
     version = getattr(package, "__version__", None)
+    sha = file_sha256(Path(path)) if path and Path(path).is_file() else None
+    # the upstream file itself, imported under another name (a copy on the user's path)
+    known = signatures.known_file(sha)
     return ImplementationRecord(
         kind=kind, implementation=f"{module_name}:{getattr(obj, '__qualname__', repr(obj))}",
         module=module_name, loaded_by="plug-in",
+        upstream=known.repository if known else None,
         version=str(version) if version is not None else None,
-        file=str(path) if path else None,
-        file_sha256=file_sha256(Path(path)) if path and Path(path).is_file() else None)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Implementations:
-    """Every participant a replay ran: the plugged ones, by kind; the rest are the reference
-    models."""
-
-    plugged: tuple[ImplementationRecord, ...] = field(default_factory=tuple)
-
-    def of(self, kind: str) -> ImplementationRecord | None:
-        return next((r for r in self.plugged if r.kind == kind), None)
+        commit=known.commit if known else None,
+        commit_source="known file hash" if known else "",
+        file=str(path) if path else None, file_sha256=sha,
+        note=f"the file is {known.repository} {known.path} at {known.short_commit}"
+        if known else "")

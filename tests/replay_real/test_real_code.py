@@ -56,3 +56,16 @@ def test_real_gym_lease_watcher_expires_the_lease(capture_path, tmp_path, real_g
     capture, result = _replay(capture_path, tmp_path, "lease-expiry",
                               ["agent_participant=nemo_gym"], {"nemo_gym": str(real_gym)})
     assert ("lease_expired", "snapshot@100s agent") in result.reproduced
+
+
+def test_the_real_class_by_its_dotted_path_is_recognised_by_its_file(
+        capture_path, tmp_path, real_rl, monkeypatch):
+    """``--participant fleet_health=fleet_health:GenerationFleetHealth`` with RL's file on the
+    path: built with its real constructor, and the report knows which commit the file is."""
+    monkeypatch.syspath_prepend(str(real_rl / "nemo_rl" / "models" / "generation"))
+    _, result = _replay(capture_path, tmp_path, "wedged-engine",
+                        ["fleet_health=fleet_health:GenerationFleetHealth"], {})
+    record, = result.implementations
+    assert record.loaded_by == "plug-in"
+    assert (record.upstream, record.commit_source) == ("NVIDIA-NeMo/RL", "known file hash")
+    assert ("quarantine", "shard 1") in result.appeared
