@@ -405,11 +405,10 @@ def engine_factory(kind: str | PluginKind, target: Any, module: Any = None,
                               "--participant-path nemo_gym=CHECKOUT")
         control = gym.module("nemo_gym._checkpoint.control").module
         episodes = gym.module("nemo_gym.episode_types").module
-        agent_module = type("AgentModule", (), {"AgentSessionParticipant": target})
         prefixes = ("nemo_gym.",) if not gym.doubles else ("rolloutscope.replay.doubles.gym_",)
-        if target.__module__ not in prefixes:
+        if not target.__module__.startswith(prefixes):
             prefixes = (*prefixes, target.__module__)
-        build = gym_agent.agent_from(control, agent_module, episodes, prefixes)
+        build = gym_agent.agent_from(control, target, episodes, prefixes)
 
     def engine_build(*args: Any, **kwargs: Any) -> Any:
         return build(**_spec_kwargs(args, kwargs, kind))

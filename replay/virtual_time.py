@@ -350,7 +350,7 @@ class AsyncRuntime:
     def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """A synchronous call into participant code, inside the runtime's context (virtual
         time, this loop as the running one), then a settle for what it made ready."""
-        with self._entered():
+        with self.entered():
             result = fn(*args, **kwargs)
         self.settle()
         return result
@@ -384,7 +384,7 @@ class AsyncRuntime:
         if self.closed:
             return
         loop = self.loop
-        with self._entered():
+        with self.entered():
             budget = MAX_CALLBACKS_PER_SETTLE
             while True:
                 if due_timers:
@@ -488,7 +488,9 @@ class AsyncRuntime:
             events._set_running_loop(self.previous)
             r._running = False
 
-    def _entered(self) -> AsyncRuntime._Entered:
+    def entered(self) -> AsyncRuntime._Entered:
+        """A context in which participant code may be called synchronously: virtual time in
+        its modules, this loop as the running one (``call`` uses it, then settles)."""
         return AsyncRuntime._Entered(self)
 
     def close(self) -> None:
@@ -502,7 +504,7 @@ class AsyncRuntime:
             task.cancel()
         self._after_settle.clear()
         try:
-            with self._entered():
+            with self.entered():
                 while (handle := self.loop.pop_ready()) is not None:
                     handle._run()
         finally:

@@ -36,6 +36,7 @@ What the real API cannot express, and how it is decided here (docs/replaying-rea
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import shutil
 import tempfile
 import weakref
@@ -119,8 +120,8 @@ class GymAgent:
 
     kind = ParticipantKind.AGENT
 
-    def __init__(self, *, runtime: AsyncRuntime, control: Any, agent: Any, episode_types: Any,
-                 instance: str = "agent", lease_grace_s: float = 600.0,
+    def __init__(self, *, runtime: AsyncRuntime, control: Any, participant_cls: type,
+                 episode_types: Any, instance: str = "agent", lease_grace_s: float = 600.0,
                  modules: Iterable[str] = ()) -> None:
         self.runtime = runtime
         self.instance = instance
@@ -139,7 +140,7 @@ class GymAgent:
         self._scratch = tempfile.mkdtemp(prefix="rolloutscope-gym-checkpoint-")
         weakref.finalize(self, shutil.rmtree, self._scratch, True)
         runtime.register(PARTICIPANT, modules=tuple(modules))
-        self.participant = agent.AgentSessionParticipant(_Hooks(self))
+        self.participant = participant_cls(_Hooks(self))
         self.plane = control.ParticipantControlPlane(self.participant, instance_name=instance,
                                                      lease_grace_seconds=lease_grace_s)
         self._phase = CheckpointPhase.IDLE
@@ -268,8 +269,6 @@ class GymAgent:
         ex = self._executions[key]
         self._finish(ex)
         ex.state = ExecutionState.COMPLETED
-        import hashlib
-
         ex.receipt = CompletionReceipt(key.rollout_id, key.attempt, key.generation,
                                        f"{key.episode.capture_key}.g{key.generation}",
                                        hashlib.sha256(result.encode()).hexdigest())
@@ -304,7 +303,7 @@ class GymAgent:
 
     # -- readiness ------------------------------------------------------------------------------
     def _readiness(self) -> Any:
-        with self.runtime._entered():
+        with self.runtime.entered():
             return self.participant.readiness()
 
     def report(self) -> Report:
@@ -481,13 +480,14 @@ class GymAgent:
             self.runtime.post(self.on_change)
 
 
-def agent_from(control: Any, agent: Any, episode_types: Any,
+def agent_from(control: Any, participant_cls: type, episode_types: Any,
                modules: Iterable[str]) -> Callable[..., GymAgent]:
-    """The engine's agent-participant factory over loaded Gym modules."""
+    """The engine's agent-participant factory: ``participant_cls`` (Gym's
+    ``AgentSessionParticipant``, or a user's patched one) under Gym's control plane."""
 
     def build(*, runtime: AsyncRuntime, instance: str = "agent", lease_grace_s: float = 600.0,
               **_: Any) -> GymAgent:
-        return GymAgent(runtime=runtime, control=control, agent=agent,
+        return GymAgent(runtime=runtime, control=control, participant_cls=participant_cls,
                         episode_types=episode_types, instance=instance,
                         lease_grace_s=lease_grace_s, modules=modules)
 

@@ -78,6 +78,8 @@ class RealDeadlines:
         self.runtime = runtime
         self.deadline_cls = deadline_cls
         self.registry = registry
+        # the engine's counted-holders variant means nothing here: whether holders are counted
+        # is the plugged registry's own behaviour (RL's branch registry keeps one flag)
         self.counted = counted
         self.on_fire: Callable[[Hashable], None] | None = None
         self._live: dict[Hashable, tuple[_Mirror, asyncio.Future, Any]] = {}
