@@ -82,7 +82,7 @@ def transitions_table(shards: pd.DataFrame, t0_ns: int) -> pd.DataFrame:
 def failure_streaks(shards: pd.DataFrame) -> hv.Bars:
     """Probe failures against reported failures per shard (the worst streak each reached).
 
-    A wedged engine shows reported failures with no probe failures (DOMAIN.md §5 P5).
+    A wedged engine shows reported failures with no probe failures (P5, docs/domain/incidents.md).
     """
     if len(shards):
         g = shards.groupby("shard_idx")
@@ -135,7 +135,7 @@ def deadline_overlaps(deadlines: pd.DataFrame, windows: pd.DataFrame, *, now_ns:
     pairs = pairs.assign(
         ov0=(np.maximum(pairs.start_ns_w, pairs.start_ns) - pairs.start_ns) / S,
         # the window's whole length, past the deadline's end: a snapshot that outlasts the
-        # remaining budget is the point of the plot (seed 004)
+        # remaining budget is the point of the plot (P1, docs/domain/incidents.md)
         ov1=(pairs._wend - pairs.start_ns) / S)
     per = pairs.groupby("deadline_id").agg(ov=("ov1", "max"), fired=("fired_ns", "count"))
     per = per.assign(score=per.fired * 1e9 + per.ov).sort_values("score", ascending=False)

@@ -1,10 +1,10 @@
 """An incident told as a short numbered story: what happened, when, why it matters, what fixes it.
 
-Pure: an incident row plus the view frames in, a ``Story`` out. The chronology is the
-incident's evidence spans found in the model views, each said as one sentence at its time since
-the run started, the way seed 004 walks through its incident step by step. Why it matters and
-what fixes it are per pattern (DOMAIN.md §5). Rendering to HTML escapes every string that came
-from the data.
+Pure: an incident row plus the view frames in, a ``Story`` out. The chronology is the incident's
+evidence spans found in the model views, each said as one sentence at its time since the run
+started, the way NVIDIA-NeMo/RL #4266's incident write-up walks through its incident step by step.
+Why it matters and what fixes it are per pattern (docs/domain/incidents.md). Rendering to HTML
+escapes every string that came from the data.
 """
 
 from __future__ import annotations

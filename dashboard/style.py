@@ -26,7 +26,8 @@ OUTCOME_COLORS: dict[str, str] = {
     "open": OPEN,
 }
 
-# generation shard states (DOMAIN.md §3): serving states muted, out-of-service ones loud
+# generation shard states (docs/domain/fleet-health.md#states-and-the-serving-set): serving
+# states muted, out-of-service ones loud
 SHARD_COLORS: dict[str, str] = {
     "healthy": "#7fb08f",
     "suspect": WARN,

@@ -1,10 +1,11 @@
 """From a captured run back to a scenario: what the run recorded and what its spans show.
 
 Rule: nothing is guessed silently. Each part of the scenario comes from one named source, and
-the ``ExtractionReport`` lists it under ``inferred`` (read from the run's config or spans),
-``defaulted`` (the run did not record it; a stated default or the recorded scenario document
-stands in) or ``missing`` (observed but with no place in the scenario model, or not observed at
-all). A replay of the extracted scenario is only as faithful as that list says.
+the ``ExtractionReport`` lists it as an ``ExtractionNote`` whose ``provenance`` is ``inferred``
+(read from the run's config or spans), ``defaulted`` (the run did not record it; a stated
+default or the recorded scenario document stands in) or ``missing`` (observed but with no place
+in the scenario model, or not observed at all). A replay of the extracted scenario is only as
+faithful as that list says.
 
 Sources, in the order they are used:
 
@@ -32,6 +33,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from rolloutscope.store import RunStore
@@ -85,10 +87,20 @@ class ExtractionError(ReplayError):
     """The run cannot become a scenario (no prompts, an unknown incident, several runs)."""
 
 
+class Provenance(StrEnum):
+    INFERRED = "inferred"  # read from the run's config or spans
+    DEFAULTED = "defaulted"  # not recorded: a stated default or the recorded document stands in
+    MISSING = "missing"  # observed with no place in the scenario model, or not observed at all
+
+
 @dataclass(frozen=True, kw_only=True)
 class ExtractionNote:
+    provenance: Provenance
     item: str  # where in the scenario, e.g. "config.watchdog" or "workload.turns"
     detail: str
+
+    def line(self) -> str:
+        return f"{self.provenance.value}: {self.item}: {self.detail}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,14 +113,16 @@ class ExtractionReport:
     defaulted: tuple[ExtractionNote, ...] = ()
     missing: tuple[ExtractionNote, ...] = ()
 
+    @property
+    def notes(self) -> tuple[ExtractionNote, ...]:
+        return self.inferred + self.defaulted + self.missing
+
     def lines(self) -> list[str]:
         out = [f"extracted from run {self.run_id} ({self.source})"]
         if self.window is not None:
             out.append(f"window {self.window[0]:g}-{self.window[1]:g} s around incident "
                        f"{self.incident_id}")
-        for label, notes in (("inferred", self.inferred), ("defaulted", self.defaulted),
-                             ("missing", self.missing)):
-            out.extend(f"{label}: {n.item}: {n.detail}" for n in notes)
+        out.extend(n.line() for n in self.notes)
         return out
 
 
@@ -124,8 +138,9 @@ class _Notes:
     defaulted: list[ExtractionNote] = field(default_factory=list)
     missing: list[ExtractionNote] = field(default_factory=list)
 
-    def add(self, kind: str, item: str, detail: str) -> None:
-        getattr(self, kind).append(ExtractionNote(item=item, detail=detail))
+    def add(self, provenance: Provenance | str, item: str, detail: str) -> None:
+        note = ExtractionNote(provenance=Provenance(provenance), item=item, detail=detail)
+        getattr(self, note.provenance.value).append(note)
 
 
 @dataclass(frozen=True)

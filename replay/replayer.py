@@ -4,8 +4,9 @@
 generator. Each capture (a run in a store, optionally a window around one incident, or a golden
 capture file) becomes a scenario, is replayed into an output store as a new run, and comes back
 as a frozen ``ReplayRunResult``: the incidents that reproduced, vanished or appeared, outcome
-counts before and after, timing deltas, and the divergence found. A replay that could not run
-(a plug-in that does not fit, say) is a result with ``error`` set, not an exception. Raising is
+counts before and after, timing deltas, and the divergence found (``Divergence`` records). A
+replay that could not run (a plug-in that does not fit, say) is a result with a
+``ReplayFailure`` set, not an exception. Raising is
 the caller's choice: ``fail_on_divergence`` (on by default for the singular call, off for the
 plural one, as in Temporal) raises ``ReplayDivergenceError`` carrying the result.
 
@@ -32,6 +33,7 @@ from typing import Any
 
 from rolloutscope.replay import compare
 from rolloutscope.replay.backends.base import GenerationBackend
+from rolloutscope.replay.divergence import Divergence, ReplayFailure
 from rolloutscope.replay.errors import ReplayError
 from rolloutscope.replay.extract import SCENARIO_DOCUMENT_KEY, ExtractionReport, extract_scenario
 from rolloutscope.replay.plugins import (
@@ -41,7 +43,7 @@ from rolloutscope.replay.plugins import (
     PluginKind,
     participant_factories,
 )
-from rolloutscope.replay.real.divergence import first_difference
+from rolloutscope.replay.real.span_diff import first_difference
 from rolloutscope.replay.real.records import ImplementationRecord, ReferenceComparison
 from rolloutscope.replay.runner import replay, replay_into_store, wall_clock_driver
 from rolloutscope.replay.scenario import Scenario
@@ -171,8 +173,8 @@ class ReplayRunResult:
     outcomes_replayed: OutcomeCounts = field(default_factory=OutcomeCounts)
     timing_deltas: tuple[TimingDelta, ...] = ()
     digest: str = ""
-    divergence: tuple[str, ...] = ()
-    error: str | None = None
+    divergences: tuple[Divergence, ...] = ()
+    failure: ReplayFailure | None = None
     extraction: ExtractionReport | None = None
     generation: Mapping[str, Any] | None = None  # a real backend's summary (runner)
     # what ran in place of the reference models, and how the run compares with theirs
@@ -180,12 +182,22 @@ class ReplayRunResult:
     versus_reference: ReferenceComparison | None = None
 
     @property
+    def divergence(self) -> tuple[str, ...]:
+        """Each divergence as the sentence a report prints."""
+        return tuple(d.message for d in self.divergences)
+
+    @property
+    def error(self) -> str | None:
+        """Why the replay could not run, as ``"Type: message"``; None when it ran."""
+        return None if self.failure is None else str(self.failure)
+
+    @property
     def diverged(self) -> bool:
-        return bool(self.divergence)
+        return bool(self.divergences)
 
     @property
     def ok(self) -> bool:
-        return self.error is None and not self.divergence
+        return self.failure is None and not self.divergences
 
     def lines(self) -> list[str]:
         if self.error is not None:
@@ -417,7 +429,7 @@ def _replay_one(capture: Capture, store: RunStore, variants: tuple[str, ...],
     try:
         generation = _run(scenario, store, run_id, variants, factories, on_backend)
     except expected as exc:
-        return ReplayRunResult(**base, error=f"{type(exc).__name__}: {exc}")
+        return ReplayRunResult(**base, failure=ReplayFailure.of(exc))
     store.register_run(
         run_id, source=RunSource.REPLAY, parent_run_id=capture.run_id, scenario=scenario.name,
         variants=variants, seed=scenario.seed, config=scenario.config_dict(),
@@ -433,25 +445,19 @@ def _replay_one(capture: Capture, store: RunStore, variants: tuple[str, ...],
     outcomes = runs.outcome_counts(store, run_id)
     timings = runs.timing_summary(store, run_id)
     digest = run_digest(store, run_id)
-    divergence: list[str] = []
+    divergence: list[Divergence] = []
     # the capture is the expectation only for the same switches and the reference models
     effective = set(variants) | {str(v) for v in getattr(scenario, "fixes", ())}
     if effective == set(capture.variants) and not factories:
         if vanished or appeared:
-            divergence.append(
-                "incidents differ: " + ", ".join(
-                    [f"{k} ({s}) vanished" for k, s in vanished]
-                    + [f"{k} ({s}) appeared" for k, s in appeared]))
+            divergence.append(Divergence.incidents(vanished, appeared))
         diffs = capture.outcomes.differences(outcomes) if capture.judge_outcomes else {}
         if diffs:
-            divergence.append("outcome counts differ: " + ", ".join(
-                f"{name} {a} -> {b}" for name, (a, b) in diffs.items()))
+            divergence.append(Divergence.outcomes(diffs))
     if check_determinism and on_backend is None:  # a real engine's timings are its own
         again = _second_digest(scenario, variants, factories)
         if again != digest:
-            divergence.append(f"nondeterministic: the same scenario and seed gave different "
-                              f"spans on a second run (digest {digest} vs {again}); a "
-                              f"participant reads time or randomness outside the runtime")
+            divergence.append(Divergence.nondeterminism(digest, again))
     versus = None
     if factories and compare_reference and on_backend is None:
         versus = _versus_reference(scenario, store, run_id, variants, digest,
@@ -461,4 +467,4 @@ def _replay_one(capture: Capture, store: RunStore, variants: tuple[str, ...],
         appeared=tuple(appeared), outcomes_replayed=outcomes, versus_reference=versus,
         timing_deltas=tuple(TimingDelta(name=k, captured=capture.timings.get(k),
                                         replayed=v) for k, v in timings.items()),
-        digest=digest, divergence=tuple(divergence), generation=generation)
+        digest=digest, divergences=tuple(divergence), generation=generation)

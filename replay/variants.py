@@ -1,11 +1,12 @@
-"""Variant switches: each known fix from the seeds, named, off unless a scenario or a replay
-turns it on.
+"""Variant switches: each known fix, named, off unless a scenario or a replay turns it on.
 
-The reference models reproduce the systems the seeds describe; a variant turns one fix on so a
-replay can show the difference. A scenario lists the fixes its system already had
-(``Scenario.fixes``): seed 003's merged system has all four fleet fixes (``SEED_003_MERGED``),
-so its scenarios carry them and reproduce a pre-fix behaviour by leaving one out, while the
-seed-004 scenarios carry none. A replay adds variants to a scenario's fixes or takes them away.
+The reference models reproduce the systems the upstream sources describe; a variant turns one
+fix on so a replay can show the difference (the table in docs/domain/incidents.md, "Fixes as
+replay variants"). A scenario lists the fixes its system already had (``Scenario.fixes``):
+NVIDIA-NeMo/RL #3590's merged system has all four fleet fixes (``SEED_003_MERGED``), so its
+scenarios carry them and reproduce a pre-fix behaviour by leaving one out, while the checkpoint
+scenarios (NVIDIA-NeMo/RL #4266, NVIDIA-NeMo/Gym #3883) carry none. A replay adds variants to a
+scenario's fixes or takes them away.
 """
 
 from __future__ import annotations
@@ -17,28 +18,28 @@ from rolloutscope.replay.errors import UnknownVariantError
 
 
 class Variant(StrEnum):
-    # seed 004's proposal: suspend rollout deadlines while a Gym snapshot holds admission, with a
+    # RL #4266's fix (proposed): suspend rollout deadlines while a snapshot holds admission, with a
     # counted holder so a snapshot ending during a training switch does not restart clocks early
     PAUSE_DEADLINES_DURING_SNAPSHOT = "pause-deadlines-during-snapshot"
-    # the registry counts holders and resumes only when the last one lets go (seed 004, §4.2);
+    # the registry counts holders and resumes only when the last one lets go (RL #4266, P1);
     # without it a second suspend() is a no-op and any resume() restarts every live deadline
     COUNTED_DEADLINE_HOLDERS = "counted-deadline-holders"
-    # the lost-reply fix: retire an abandoned attempt, and adopt (ACK) it when Gym answers that
-    # the run already completed, so no finished result is stranded un-ACKed
+    # the lost-reply fix (RL #4266's stack): retire an abandoned attempt, and adopt (ACK) it when
+    # Gym answers that the run already completed, so no finished result is stranded un-ACKed
     RETIRE_THEN_ADOPT = "retire-then-adopt"
-    # the newer model gate: a new policy call at closed admission waits for resume instead of
-    # being refused with 409 admission_closed
+    # the newer model gate (Gym #3883): a new policy call at closed admission waits for resume
+    # instead of being refused with 409 admission_closed
     CALLS_WAIT_AT_CLOSED_ADMISSION = "calls-wait-at-closed-admission"
-    # seed 003: generation fleet health with its router (probes, quarantine, least-outstanding
+    # RL #3590: generation fleet health with its router (probes, quarantine, least-outstanding
     # routing, membership pushes); without it Gym round-robins over a fixed backend list
     FLEET_HEALTH_ENABLED = "fleet-health-enabled"
-    # seed 003: reported failures keep their own streak, which only a successful generation or
+    # RL #3590: reported failures keep their own streak, which only a successful generation or
     # a refit clears; without it each good probe wipes them and a wedged engine never condemns
     SEPARATE_REPORTED_FAILURE_STREAK = "separate-reported-failure-streak"
-    # seed 003: a failed backend call is a deliberate 500 with a local drop and a counted
+    # RL #3590: a failed backend call is a deliberate 500 with a local drop and a counted
     # failure; without it aiohttp answers a backend timeout with 504, which Gym retries for ever
     ROUTER_500_NOT_504 = "router-500-not-504"
-    # seed 003: probes run every probe_interval_s; without it they ride the 30 s watchdog tick
+    # RL #3590: probes run every probe_interval_s; without it they ride the 30 s watchdog tick
     # (detection at unhealthy_threshold x 30 s = 60-90 s)
     PROBE_AT_PROBE_INTERVAL = "probe-at-probe-interval"
 

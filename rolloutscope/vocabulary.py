@@ -2,7 +2,7 @@
 
 Constants only. If two files spell the same key, one of them is wrong: import it from here.
 
-Naming rules (DOMAIN.md §7):
+Naming rules (docs/domain/telemetry.md#rolloutscopes-own-conventions):
 - released Gym names are reused unchanged (``gym.rollout``, ``nemo.gym.rollout.id``,
   ``nemo.gym.server.name``, ``nemo.run.id``, ``service.name``);
 - checkpoint names follow the draft ``gym.checkpoint.*`` spans and ``nemo.gym.checkpoint.*``
@@ -22,7 +22,8 @@ from enum import StrEnum
 
 
 class ResourceAttr:
-    """Resource attributes every process sets (DOMAIN.md §6.1, §7 rule 5)."""
+    """Resource attributes every process sets (rule 5 of
+    docs/domain/telemetry.md#rolloutscopes-own-conventions)."""
 
     SERVICE_NAME = "service.name"
     SERVICE_INSTANCE_ID = "service.instance.id"
@@ -37,8 +38,8 @@ class ResourceAttr:
 class Attr:
     """Span and event attribute keys."""
 
-    # Join keys (DOMAIN.md §7.1). RUN_ID may also be set per span (a replay writes several
-    # runs through one process).
+    # Join keys (docs/domain/README.md#identities). RUN_ID may also be set per span (a replay
+    # writes several runs through one process).
     RUN_ID = ResourceAttr.RUN_ID
     ROLLOUT_ID = "nemo.gym.rollout.id"
     EPISODE_ROLLOUT_ID = "nemo.gym.episode.rollout_id"
@@ -59,7 +60,7 @@ class Attr:
     # attempt that a checkpoint restore bumps (EPISODE_ATTEMPT).
     RL_ATTEMPT = "nemo.rl.rollout.attempt"
 
-    # Checkpoint (DOMAIN.md §7.2)
+    # Checkpoint (docs/domain/checkpoint-protocol.md)
     CK_PARTICIPANT_KIND = "nemo.gym.checkpoint.participant_kind"
     CK_INSTANCE = "nemo.gym.checkpoint.instance"
     CK_OPERATION = "nemo.gym.checkpoint.operation"
@@ -98,7 +99,7 @@ class Attr:
     SNAPSHOT_OUTCOME = "nemo.rl.snapshot.outcome"
     FENCE_OWNER = "nemo.rl.fence.owner"
 
-    # Generation fleet (DOMAIN.md §7.3)
+    # Generation fleet (docs/domain/fleet-health.md)
     FLEET_STATE = "nemo.rl.gen_fleet.state"
     FLEET_PREVIOUS_STATE = "nemo.rl.gen_fleet.previous_state"
     FLEET_TRIGGER = "nemo.rl.gen_fleet.trigger"
@@ -126,7 +127,7 @@ class Attr:
     URL_FULL = "url.full"
     ERROR_TYPE = "error.type"
 
-    # Rollouts (DOMAIN.md §7.4)
+    # Rollouts (docs/domain/rollouts-and-deadlines.md)
     ROLLOUT_OUTCOME = "nemo.rl.rollout.outcome"
     ROLLOUT_INFRA_ATTEMPTS = "nemo.rl.rollout.infra_attempts"
     ROLLOUT_DATA_ATTEMPTS = "nemo.rl.rollout.data_attempts"
@@ -162,7 +163,7 @@ class Attr:
     EPOCHS = "nemo.rl.epochs"
     ROUTER_IGNORED_COUNT = "nemo.rl.router.ignored_urls.count"
 
-    # Deadlines (DOMAIN.md §7.5)
+    # Deadlines (docs/domain/rollouts-and-deadlines.md#deadlines)
     DEADLINE_ID = "nemo.rl.deadline.id"
     DEADLINE_KIND = "nemo.rl.deadline.kind"
     DEADLINE_BUDGET_S = "nemo.rl.deadline.budget_s"
@@ -176,7 +177,8 @@ class Attr:
     DEADLINE_HOLDERS_COUNT = "nemo.rl.deadline.holders_count"
     DEADLINE_STATE_WHEN_FIRED = "nemo.rl.deadline.state_when_fired"
 
-    # Parking, held responses, cuts, ACK (DOMAIN.md §7.6)
+    # Parking, held responses, cuts, ACK
+    # (docs/domain/checkpoint-protocol.md#admission-parking-and-held-responses)
     EXECUTION_STATE = "nemo.gym.agent.execution.state"
     BOUNDARY_INDEX = "nemo.gym.agent.boundary.index"
     PARKED_BOUNDARY_STATE = "nemo.gym.agent.parked_boundary_state"
@@ -190,12 +192,12 @@ class Attr:
     ACK_RECEIPTS = "nemo.rl.ack.receipts"
     ACK_OUTCOME = "nemo.rl.ack.outcome"
 
-    # Gym client retries of one model call (DOMAIN.md §4.7)
+    # Gym client retries of one model call (docs/domain/rollouts-and-deadlines.md#gyms-own-retries)
     RETRY_TRY = "nemo.gym.retry.try"
     RETRY_MAX_TRIES = "nemo.gym.retry.max_tries"
     RETRY_KIND = "nemo.gym.retry.kind"  # rate_limit | server_error | http_error
 
-    # The RL Logger's step on a metric data point sent over OTLP (DOMAIN.md §7.7)
+    # The RL Logger's step on a metric data point sent over OTLP (docs/domain/telemetry.md#nemo-rl)
     METRIC_STEP = "rl.step"
 
     # Faults a replay injected (what a live run cannot know: the ground truth of a fault)
@@ -291,7 +293,7 @@ class SpanName:
     RL_ATTEMPT = "rl.rollout.attempt"
     # one row dispatch: ROW_ATTEMPT, rows pending/received/missing
     RL_GYM_ROWS = "rl.rollout.gym_rows"
-    RL_DEADLINE = "rl.deadline"  # DEADLINE_* attributes, see §7.5
+    RL_DEADLINE = "rl.deadline"  # DEADLINE_* attributes
     RL_WEIGHT_SYNC = "rl.weight_sync"  # TRAINER_VERSION
     RL_TRAIN_STEP = "rl.train_step"  # TRAIN_STEP
     RL_GYM_ACK = "rl.gym.ack"  # ACK_RECEIPTS, ACK_OUTCOME
@@ -427,7 +429,8 @@ class FenceOwner(StrEnum):
 
 
 class ErrorCode(StrEnum):
-    """Checkpoint protocol error codes (DOMAIN.md §2.10), both generations."""
+    """Checkpoint protocol error codes, both generations
+    (docs/domain/checkpoint-protocol.md#error-codes)."""
 
     CHECKPOINT_ERROR = "checkpoint_error"
     STALE_CHECKPOINT = "stale_checkpoint"
@@ -445,7 +448,7 @@ class ErrorCode(StrEnum):
     ROLLOUT_ID_REQUIRED = "rollout_id_required"
     UNAUTHORIZED = "unauthorized"
     INVALID_CHECKPOINT_STATE = "invalid_checkpoint_state"
-    # first protocol generation (DOMAIN.md §2.8, §2.10 [CK1])
+    # first protocol generation (docs/domain/checkpoint-protocol.md#the-first-generation)
     AGENT_CHECKPOINT_ERROR = "agent_checkpoint_error"
     AGENT_ADMISSION_CLOSED = "agent_admission_closed"
     DUPLICATE_EXECUTION = "duplicate_execution"
@@ -562,8 +565,8 @@ class StallAction(StrEnum):
 
 
 class IncidentKind(StrEnum):
-    """The incident patterns (DOMAIN.md §5); each is a SQL view of this name in the store,
-    unioned into ``incidents``."""
+    """The incident patterns (docs/domain/incidents.md); each is a SQL view of this name in the
+    store, unioned into ``incidents``."""
 
     DEADLINE_FIRED_WHILE_PARKED = "deadline_fired_while_parked"  # P1
     STRANDED_COMPLETION = "stranded_completion"  # P1/P2

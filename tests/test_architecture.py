@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = {"collectors": "rolloutscope.collectors", "dashboard": "rolloutscope.dashboard",
            "replay": "rolloutscope.replay", "rolloutscope": "rolloutscope"}
 GROUND_FLOOR = ("rolloutscope.vocabulary", "rolloutscope.store", "rolloutscope.errors",
-                "rolloutscope.clock")
+                "rolloutscope.clock", "rolloutscope.config")
 LIBRARIES = ("rolloutscope.collectors", "rolloutscope.dashboard", "rolloutscope.replay",
              "rolloutscope.postmortem", *GROUND_FLOOR)
 

@@ -2,7 +2,7 @@
 
 Pure functions, no I/O. A line is ``[timestamp] [Ray prefix] message``; both prefixes are
 optional and either may come first. The messages are the ``print(..., flush=True)`` lines of
-NeMo-RL's single controller (DOMAIN.md §3.3, §4.4, §4.6, §6.3), each known by a distinctive
+NeMo-RL's single controller (docs/domain/telemetry.md#nemo-rl), each known by a distinctive
 *head* (``gen_fleet: shard``, ``rollout stall --``, ``train step``, …) that may sit after any
 prefix this module does not know (a logging format, a job launcher's tag).
 

@@ -2,8 +2,8 @@
 
 Pure functions over paths and already-decoded JSON values; ``gym_asgi`` does the transport.
 
-Both protocol generations (DOMAIN.md §2.2, §2.8) map onto the draft's operation spans
-``gym.checkpoint.<op>`` so that ``checkpoint_ops`` reads them alike:
+Both protocol generations (docs/domain/checkpoint-protocol.md) map onto the draft's operation
+spans ``gym.checkpoint.<op>`` so that ``checkpoint_ops`` reads them alike:
 
 - ``/ng-control/v1/checkpoint/{prepare,renew,retire,forget,commit,restore,resume}`` as named;
   the participant kind comes from the middleware's configuration or a reply's ``kind``;
@@ -37,7 +37,8 @@ from rolloutscope.vocabulary import (
 )
 
 CONTROL_PREFIX = "/ng-control/v1/"
-ROLLOUT_PREFIX = "/ng-rollout/"  # ROLLOUT_PATH_PREFIX, DOMAIN.md §2.1
+# ROLLOUT_PATH_PREFIX (docs/domain/checkpoint-protocol.md#identity)
+ROLLOUT_PREFIX = "/ng-rollout/"
 MAX_BLOCKER_KEYS = 100
 MAX_DETAIL_CHARS = 512
 MAX_ID_CHARS = 256
@@ -115,7 +116,8 @@ def rollout_attributes(path: str) -> dict[str, Any] | None:
     """``/ng-rollout/{capture key}/rest`` -> the rollout join keys and the route template.
 
     The capture key is ``rollout_id`` for attempt 0 and ``{rollout_id}-a{N}`` after; a rollout id
-    may not itself end in ``-a<N>``, so the split is unambiguous (DOMAIN.md §2.1).
+    may not itself end in ``-a<N>``, so the split is unambiguous
+    (docs/domain/checkpoint-protocol.md#identity).
     """
     rest = path[len(ROLLOUT_PREFIX):]
     key, _, tail = rest.partition("/")
@@ -164,7 +166,8 @@ def protocol_error(body: Any) -> tuple[str, str | None] | None:
 
 
 def request_attributes(body: Any) -> dict[str, Any]:
-    """``CheckpointRequest`` and its kin (DOMAIN.md §2.2): the id, the deadline, the scope."""
+    """``CheckpointRequest`` and its kin: the id, the deadline, the scope
+    (docs/domain/checkpoint-protocol.md#participants-and-phases)."""
     if not isinstance(body, Mapping):
         return {}
     attrs: dict[str, Any] = {}
@@ -277,7 +280,8 @@ def reply_attributes(body: Any) -> dict[str, Any]:
 
 def acknowledged_receipts(body: Any) -> list[dict[str, Any]]:
     """``{"schema_version": 1, "executions": [AgentCompletionReceipt...]}`` -> one attribute
-    set per receipt, for ``gym.agent.acknowledged`` events (DOMAIN.md §2.8)."""
+    set per receipt, for ``gym.agent.acknowledged`` events
+    (docs/domain/checkpoint-protocol.md#the-first-generation)."""
     if not isinstance(body, Mapping) or not isinstance(body.get("executions"), list):
         return []
     receipts = []

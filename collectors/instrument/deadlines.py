@@ -1,4 +1,4 @@
-"""Rollout deadlines that record themselves (DOMAIN.md §4.2, §7.5; seed 004).
+"""Rollout deadlines that record themselves (docs/domain/rollouts-and-deadlines.md#deadlines).
 
 ``Deadline`` is a drop-in for the controller's ``_Deadline``::
 
@@ -16,7 +16,8 @@ entered and shown open in live views once it has lasted ``OPEN_MARKER_AFTER_S``,
 ``rl.deadline.start``, ``.suspend``, ``.resume``, ``.fire`` (carrying ``state_when_fired`` when the caller says how to read it) and ``.cancel`` events; its
 end carries the outcome, the budget consumed and the time spent suspended.
 
-``DeadlineRegistry`` is the ``RequestDeadlineRegistry`` with the seed-004 fix: holders are
+``DeadlineRegistry`` is the ``RequestDeadlineRegistry`` with the fix NVIDIA-NeMo/RL #4266's
+incident write-up calls for (P1, docs/domain/incidents.md): holders are
 counted, so a second ``suspend`` is recorded and a ``resume`` restarts the clocks only when the
 last holder lets go. The rule it keeps: a suspended deadline consumes no budget and cannot fire.
 Handed the controller's own registry as ``inner``, it forwards ``add``/``discard`` and only the
@@ -39,13 +40,9 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, StatusCode, Tracer
 
 from rolloutscope.collectors.exporter import emit_open_marker
-from rolloutscope.collectors.instrument.clock import (
-    OPEN_MARKER_AFTER_S,
-    DeadlineClock,
-    LoopClock,
-    TimerHandle,
-)
+from rolloutscope.clock import DeadlineClock, LoopClock, TimerHandle
 from rolloutscope.collectors.instrument.guard import InstrumentFailures
+from rolloutscope.collectors.instrument.markers import OPEN_MARKER_AFTER_S
 from rolloutscope.vocabulary import (
     Attr,
     DeadlineHolder,
@@ -57,7 +54,8 @@ from rolloutscope.vocabulary import (
 )
 
 TRACER_NAME = "rolloutscope.instrument.deadlines"
-# The controller's descriptions (DOMAIN.md §4.2) name the kind when the caller does not.
+# The controller's descriptions (docs/domain/rollouts-and-deadlines.md#deadlines) name the kind
+# when the caller does not.
 KIND_BY_DESCRIPTION = {
     "NeMo-Gym prompt group": DeadlineKind.ROLLOUT,
     "generation turn": DeadlineKind.GENERATION,
@@ -318,7 +316,7 @@ class Deadline:
 
 
 class DeadlineRegistry:
-    """``RequestDeadlineRegistry`` with counted holders (the seed-004 fix)."""
+    """``RequestDeadlineRegistry`` with counted holders (the fix P1 needs, NVIDIA-NeMo/RL #4266)."""
 
     def __init__(self, inner: Any | None = None) -> None:
         self._inner = inner

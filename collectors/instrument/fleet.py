@@ -1,4 +1,4 @@
-"""Generation fleet health, observed from outside (DOMAIN.md §3, §7.3).
+"""Generation fleet health, observed from outside (docs/domain/fleet-health.md).
 
 ``ObservedFleetHealth`` wraps any object with the public API of NeMo-RL's
 ``GenerationFleetHealth`` — ``record_probe``, ``report_failure``, ``report_success``,
@@ -349,7 +349,7 @@ class ObservedFleetHealth:
 def _trigger(op: str | None, ok: bool | None, previous: Any, state: Any, row: Any,
              field: Callable[[Any, str], Any]) -> ShardTrigger:
     """What moved a shard: the call that did it, or, for a change made behind the wrapper's
-    back, the edge itself (DOMAIN.md §3.3)."""
+    back, the edge itself (docs/domain/fleet-health.md#transitions)."""
     to = _value(state)
     if to == ShardState.RETIRED:
         return ShardTrigger.RETIRE  # retire(), or mark_restarting past the restart budget

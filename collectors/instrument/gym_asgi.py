@@ -1,4 +1,5 @@
-"""ASGI middleware that observes a Gym server's checkpoint traffic (DOMAIN.md §2, §7.2).
+"""ASGI middleware that observes a Gym server's checkpoint traffic
+(docs/domain/checkpoint-protocol.md, docs/domain/telemetry.md).
 
 Pure ASGI, no Starlette import: ``app.add_middleware(GymCheckpointMiddleware, tracer=...)`` on
 a FastAPI/Starlette app, or ``GymCheckpointMiddleware(app, ...)`` around any ASGI app.
@@ -57,7 +58,7 @@ from rolloutscope.collectors.instrument.checkpoint_routes import (
     request_attributes,
     rollout_attributes,
 )
-from rolloutscope.collectors.instrument.clock import OPEN_MARKER_AFTER_S
+from rolloutscope.collectors.instrument.markers import OPEN_MARKER_AFTER_S
 from rolloutscope.collectors.instrument.guard import InstrumentFailures
 from rolloutscope.vocabulary import (
     Attr,

@@ -1,6 +1,7 @@
 """The agent participant: agent /run executions, parking at turn boundaries, completion receipts.
 
-Rule (DOMAIN.md §2.8, the first protocol generation seed 004 runs against): an execution goes
+Rule (the first protocol generation, which NVIDIA-NeMo/RL #4266 drives;
+docs/domain/checkpoint-protocol.md#the-first-generation): an execution goes
 ``running -> park_requested -> parked (with or without a boundary) -> running`` on resume, ends
 ``completed`` (result kept until acknowledged) or ``retired`` (tombstoned), and
 

@@ -1,4 +1,5 @@
-"""The controller's checkpoint coordinator (DOMAIN.md §2.2 ``coordination.py``).
+"""The controller's checkpoint coordinator (``coordination.py``;
+docs/domain/checkpoint-protocol.md#order-across-participants).
 
 Rule: prepare goes stage by stage in ``PREPARE_ORDER`` and stops at the first stage that is not
 prepared by the deadline (leaving admission closed: the caller must resume); commit and restore
@@ -15,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from rolloutscope.clock import Clock
 from rolloutscope.vocabulary import ParticipantKind
 from rolloutscope.replay.errors import ModelInvariantError
-from rolloutscope.replay.participants.clock import Clock
 from rolloutscope.replay.participants.protocol import EpisodeId, Participant, Reply
 
 PREPARE_ORDER = (ParticipantKind.ENVIRONMENT, ParticipantKind.MODEL, ParticipantKind.AGENT,

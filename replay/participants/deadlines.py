@@ -1,14 +1,16 @@
-"""Rollout deadlines and the registry that suspends them (DOMAIN.md §4.2, seed 004).
+"""Rollout deadlines and the registry that suspends them.
+
+See docs/domain/rollouts-and-deadlines.md#the-deadline-registry.
 
 Rule: a deadline consumes its budget only while it is running; while suspended its due time is
 undefined and it cannot fire. The registry suspends every live deadline for a holder (a colocated
-engine switching to training; a Gym snapshot with the seed-004 fix).
+engine switching to training; a Gym snapshot with the fix P1 needs).
 
-The seeds' registry keeps a single on/off flag: a second ``suspend`` is a no-op and any
-``resume`` restarts every live deadline, so a snapshot that ends while the engine is still
-training restarts the training switch's clocks early. ``counted=True`` is the fix: holders are
-counted and clocks restart only when the last holder lets go. The transition that must never
-exist: a suspended deadline firing.
+RL's ``RequestDeadlineRegistry`` (NVIDIA-NeMo/RL #4265 / #4266) keeps a single on/off flag: a
+second ``suspend`` is a no-op and any ``resume`` restarts every live deadline, so a snapshot that
+ends while the engine is still training restarts the training switch's clocks early.
+``counted=True`` is the fix: holders are counted and clocks restart only when the last holder lets
+go. The transition that must never exist: a suspended deadline firing.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from rolloutscope.clock import Clock
 from rolloutscope.vocabulary import DeadlineHolder, DeadlineOutcome, DeadlineKind
 from rolloutscope.replay.errors import ModelInvariantError
-from rolloutscope.replay.participants.clock import Clock
 
 
 class DeadlineState(StrEnum):
@@ -159,7 +161,7 @@ class DeadlineRegistry:
             first = self.holders_count == 0
             self._holders[holder] += 1
         else:
-            first = not self._flag  # the seeds' registry: a second suspend returns early
+            first = not self._flag  # RL's registry: a second suspend returns early
             self._flag = True
         changed = []
         if first:
@@ -176,7 +178,7 @@ class DeadlineRegistry:
             self._holders[holder] -= 1
             last = self.holders_count == 0
         else:
-            last = self._flag  # the seeds' registry: resume restarts every live deadline
+            last = self._flag  # RL's registry: resume restarts every live deadline
             self._flag = False
         changed = []
         if last:

@@ -1,4 +1,6 @@
-"""The environment and resources participants (DOMAIN.md §2.2): simple, but present.
+"""The environment and resources participants: simple, but present.
+
+See docs/domain/checkpoint-protocol.md#order-across-participants.
 
 Environments park first (episode steps hold at their boundary), so an environment is ready as
 soon as its admission closes. Resources go last because agents call them until they park: a

@@ -1,4 +1,6 @@
-"""NeMo-Gym's model-client retry behaviour, as a pure model (DOMAIN.md §4.7, §5 P6).
+"""NeMo-Gym's model-client retry behaviour, as a pure model.
+
+See docs/domain/rollouts-and-deadlines.md#gyms-own-retries, and P6 in docs/domain/incidents.md.
 
 Two loops decide how long a Gym model call keeps knocking on the policy endpoint, and both
 matter to the router's choice of status codes:

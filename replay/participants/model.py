@@ -1,11 +1,12 @@
 """The policy model participant: the admission gate, held responses and generation cuts.
 
-Rule (DOMAIN.md §2.4-§2.6, seed 000): prepare closes admission. An admitted call keeps
-generating, but its response is held until resume unless it had *started* before admission
-closed; a response starts at its first data chunk (never at headers or keep-alives). Only a
-response already streaming blocks readiness. A new call at closed admission waits un-admitted
-until resume (the newer gate) or is refused with 409 ``admission_closed`` (the older one); a
-waiting call whose attempt is retired is refused at once with ``stale_attempt``.
+Rule (NVIDIA-NeMo/Gym #3883; see
+docs/domain/checkpoint-protocol.md#admission-parking-and-held-responses): prepare closes admission.
+An admitted call keeps generating, but its response is held until resume unless it had *started*
+before admission closed; a response starts at its first data chunk (never at headers or
+keep-alives). Only a response already streaming blocks readiness. A new call at closed admission
+waits un-admitted until resume (the newer gate) or is refused with 409 ``admission_closed`` (the
+older one); a waiting call whose attempt is retired is refused at once with ``stale_attempt``.
 
 With several workers, one coordinator is the participant: a worker that disconnects during
 prepare blocks readiness; one lost after readiness was checked makes the commit fail with

@@ -1,4 +1,4 @@
-"""The checkpoint protocol shared by every participant kind (DOMAIN.md §2.2, §2.3, §2.10).
+"""The checkpoint protocol shared by every participant kind (docs/domain/checkpoint-protocol.md).
 
 Rule: one phase machine per participant, every phase change routed through ``_transition``::
 
@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from rolloutscope.clock import Clock
 from rolloutscope.vocabulary import (
     CheckpointOp,
     CheckpointPhase,
     ErrorCode,
     ParticipantKind,
 )
-from rolloutscope.replay.participants.clock import Clock
 
 RESUMED_FENCE_SIZE = 64
 MAX_BLOCKERS = 100

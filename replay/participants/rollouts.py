@@ -1,11 +1,11 @@
 """The controller's rollout rules: failure taxonomy, retry budgets, row re-dispatch, stall watchdog.
 
-Pure rules of ``rollout_manager.py`` / ``failures.py`` (DOMAIN.md §4): a failure is INFRA or
-DATA (HTTP status decides for HTTP errors: >= 500, 408 and 429 are infra, any other 4xx is data;
-anything unrecognised is data); each prompt group has independent infra and data budgets; an
-infra retry waits ``min(base * 2**(k-1), max)``, a data retry does not wait; the stall watchdog's
-progress is the pair (committed groups, train steps), and it reports a stall only while work
-remains. The controller loop that drives these lives in the engine (``replay/sim``).
+Pure rules of ``rollout_manager.py`` / ``failures.py`` (docs/domain/rollouts-and-deadlines.md): a
+failure is INFRA or DATA (HTTP status decides for HTTP errors: >= 500, 408 and 429 are infra, any
+other 4xx is data; anything unrecognised is data); each prompt group has independent infra and data
+budgets; an infra retry waits ``min(base * 2**(k-1), max)``, a data retry does not wait; the stall
+watchdog's progress is the pair (committed groups, train steps), and it reports a stall only while
+work remains. The controller loop that drives these lives in the engine (``replay/sim``).
 """
 
 from __future__ import annotations
@@ -80,7 +80,8 @@ class Decision:
 
 
 class PromptBudget:
-    """Per prompt group: independent infra and data attempt counters (DOMAIN.md §4.4)."""
+    """Per prompt group: independent infra and data attempt counters
+    (docs/domain/rollouts-and-deadlines.md#budgets)."""
 
     __slots__ = ("max_infra", "max_data", "base_s", "max_backoff_s", "infra", "data")
 

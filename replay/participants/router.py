@@ -1,4 +1,6 @@
-"""The generation router NeMo-Gym talks to, as a pure model (DOMAIN.md §3.5-§3.6, §5 P4-P6).
+"""The generation router NeMo-Gym talks to, as a pure model.
+
+See docs/domain/fleet-health.md#router, and P4-P6 in docs/domain/incidents.md.
 
 Gym is handed one fixed URL, the router's, and the router picks a vLLM backend per request. This
 model makes the router's decisions and keeps its counters; the replay engine does the I/O. Per
@@ -23,9 +25,10 @@ restarts comes up with every backend serving, so one push after a restart correc
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
+from rolloutscope.config import ConfigProblem, build, check_types
 from rolloutscope.vocabulary import RouterOutcome
 from rolloutscope.replay.participants.gym_client import RETRY_ERROR_CODES
 
@@ -39,14 +42,17 @@ NO_HEALTHY_BACKEND_ERROR = "no healthy generation backend"
 class RouterConfigError(ValueError):
     """A router config that would misbehave; ``key`` names the offending key when one does."""
 
-    def __init__(self, message: str, *, key: str | None = None) -> None:
+    def __init__(self, message: str, *, key: str | None = None,
+                 detail: str | None = None) -> None:
         self.key = key
+        self.detail = detail or message  # what is wrong, without the key's name
         super().__init__(message)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RouterConfig:
-    """``async_rl.generation_router`` (DOMAIN.md §3.7), plus one replay variant switch.
+    """``async_rl.generation_router`` (docs/domain/fleet-health.md#config), plus one replay variant
+    switch.
 
     Every real key is accepted so a real config block replays unchanged; the port range is
     validated but plays no part in a replay.
@@ -63,8 +69,7 @@ class RouterConfig:
     router_500_not_504: bool = True
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            object.__setattr__(self, f.name, _checked(f.name, f.type, getattr(self, f.name)))
+        check_types(self, fail=_refused)
         if not 0 < self.port_range_low <= self.port_range_high <= 65535:
             raise RouterConfigError(
                 f"port range {self.port_range_low}..{self.port_range_high} is empty or out of "
@@ -89,26 +94,11 @@ class RouterConfig:
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any]) -> RouterConfig:
         """Build from a config block, refusing keys it does not know."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(mapping) - known)
-        if unknown:
-            raise RouterConfigError(
-                f"generation_router: unknown key(s) {', '.join(unknown)}; "
-                f"known keys are {', '.join(sorted(known))}", key=unknown[0])
-        return cls(**mapping)
+        return build(cls, mapping, path="generation_router", fail=_refused)
 
 
-def _checked(key: str, annotation: str, value: Any) -> Any:
-    if annotation == "bool":
-        ok = isinstance(value, bool)
-    elif annotation == "int":
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    else:  # float
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        value = float(value) if ok else value
-    if not ok:
-        raise RouterConfigError(f"{key} must be {annotation}, got {value!r}", key=key)
-    return value
+def _refused(problem: ConfigProblem) -> RouterConfigError:
+    return RouterConfigError(problem.message, key=problem.key, detail=problem.detail)
 
 
 @dataclass(frozen=True, slots=True)

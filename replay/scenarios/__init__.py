@@ -1,4 +1,6 @@
-"""Built-in scenarios: each reproduces an incident pattern (DOMAIN.md §5) with its seed's numbers.
+"""Built-in scenarios: each reproduces an incident pattern with its source's numbers.
+
+The patterns, their sources and which scenario reproduces which are in docs/domain/incidents.md.
 
 Each builder's docstring cites its source and the numbers it uses. ``get(name)`` returns a
 validated ``Scenario``; ``names()`` lists them in the order ``rolloutscope scenario list`` prints.

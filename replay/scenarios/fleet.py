@@ -1,7 +1,8 @@
-"""The built-in generation-fleet scenarios (seed 003, DOMAIN.md §3, §5 P3-P6, P11, P13).
+"""The built-in generation-fleet scenarios (NVIDIA-NeMo/RL #3590; P3-P6, P11, P13 in
+docs/domain/incidents.md).
 
 Times are seconds from the start of the run. Each scenario lists the fixes its system had
-(``fixes``); seed 003's merged system has all four (``SEED_003_MERGED``). A scenario that
+(``fixes``); RL #3590's merged system has all four (``SEED_003_MERGED``). A scenario that
 reproduces a pre-fix behaviour leaves that one fix out, and the variant puts it back.
 """
 
@@ -53,15 +54,15 @@ _TURN = Turn(model_s=10.0, tool_s=3.0, input_tokens=1024, output_tokens=512)
 def chaos_kill_idle() -> Scenario:
     """P4/P11: the only generation shard is killed while idle; a bounded, attributable failure.
 
-    Source: seed 003 (NVIDIA-NeMo/RL #3590: "Part 1 fails in 222s; this PR fails in 62s";
-    chaos harness "idle (default) ... the loss must be DETECTED, by health probe or by the stall
-    detector") and DOMAIN.md §5 P4. Numbers: one shard; 4 prompts commit by 60 s; the shard is
-    killed at 88 s with nothing in flight; the next prompt arrives at 145 s.
+    Source: NVIDIA-NeMo/RL #3590 ("Part 1 fails in 222s; this PR fails in 62s"; chaos harness "idle
+    (default) ... the loss must be DETECTED, by health probe or by the stall detector"; P4 in
+    docs/domain/incidents.md). Numbers: one shard; 4 prompts commit by 60 s; the shard is killed at
+    88 s with nothing in flight; the next prompt arrives at 145 s.
     As replayed (no fixes, Part 1's system): Gym round-robins to the dead endpoint, whose refused
     connection enters its uncapped 0.5 s transport loop with no HTTP timeout, so only the 30 s
     rollout deadline ends each try; five tries with 1, 2, 4, 8 s of backoff raise
     RolloutRedispatchExhausted at 310 s, 222 s after the kill.
-    With ``fleet-health-enabled`` (probes on the 30 s watchdog tick, as in the seed's run) the
+    With ``fleet-health-enabled`` (probes on the 30 s watchdog tick, as in #3590's run) the
     third failed probe, at 150 s, condemns the shard and GenerationFleetExhausted ends the run
     62 s after the kill, ~4x sooner, naming the cause. With ``probe-at-probe-interval`` too,
     5 s probes condemn it at 100 s (12 s; "~15 s" with the defaults).
@@ -81,13 +82,13 @@ def chaos_kill_idle() -> Scenario:
 def chaos_kill_serving() -> Scenario:
     """P4: the only shard is killed while serving; the failure surfaces within seconds.
 
-    Source: seed 003 (chaos harness: "serving .generate_async. An in-flight rollout RPC dies
-    with the worker and surfaces immediately"; "serving -> ..., 12s, GenerationUnavailable +
-    RolloutRedispatchExhausted") and DOMAIN.md §5 P4. Numbers: one shard, seed 003's merged
-    system; a prompt every 10 s; the shard is killed at 88 s with a generation in flight. The
-    router drops the failing backend and answers 409 while the set is empty; the failures it
+    Source: NVIDIA-NeMo/RL #3590 (chaos harness: "serving .generate_async. An in-flight rollout RPC
+    dies with the worker and surfaces immediately"; "serving -> ..., 12s, GenerationUnavailable +
+    RolloutRedispatchExhausted"; P4 in docs/domain/incidents.md). Numbers: one shard, #3590's
+    merged system; a prompt every 10 s; the shard is killed at 88 s with a generation in flight.
+    The router drops the failing backend and answers 409 while the set is empty; the failures it
     drains at the 90 and 95 s probe ticks reach unhealthy_threshold=3 before the probes do, and
-    GenerationFleetExhausted ends the run at 95 s, 7 s after the kill (the seed: "the job stopped
+    GenerationFleetExhausted ends the run at 95 s, 7 s after the kill (#3590: "the job stopped
     10 s after the kill ... the threshold was crossed largely by adapter-reported failures").
     """
     return Scenario(
@@ -105,9 +106,10 @@ def chaos_kill_serving() -> Scenario:
 def two_shard_failover() -> Scenario:
     """P4: one of two shards killed mid-run; the router goes 2 -> 1 and rollouts carry on.
 
-    Source: seed 003 (grpo_sc_gym_router_failover.sh, job 6263801 on 3xGB200, 13m34s:
+    Source: NVIDIA-NeMo/RL #3590 (grpo_sc_gym_router_failover.sh, job 6263801 on 3xGB200, 13m34s:
     ``min(router/serving_backends) == 1``, ``max(gen_fleet/shards/dead) >= 1``; "the next weight
-    refit still broadcasts to the rank that died and hangs inside NCCL") and DOMAIN.md §5 P4.
+    refit still broadcasts to the rank that died and hangs inside NCCL"; P4 in
+    docs/domain/incidents.md).
     Numbers: two shards, the merged system; a prompt every 5 s for 600 s; shard 1 is killed at
     300 s while serving; a refit at 200 s succeeds; the next, at 500 s, hangs on the dead rank
     and holds admission shut; the run is stopped at 814 s (13m34s) after the quarantine was
@@ -131,14 +133,13 @@ def two_shard_failover() -> Scenario:
 def hung_weight_sync() -> Scenario:
     """P3: a refit hangs on a dead rank; nothing in flight, committed frozen, the stall line.
 
-    Source: seed 003 (the wedge "lasted 6 minutes before the fix; rollout/idle_s: 371.8,
-    rollout/committed_total: 10 frozen"; job 6258553 "rollout stall -- ... (0 rollouts in
-    flight, 12 groups committed, step 3/150)") and DOMAIN.md §5 P3, §4.6. Numbers: two shards,
-    the merged system; a prompt every 10 s; shard 1 is killed at 100 s and quarantined at
-    ~110 s; the refit at 120 s broadcasts to the dead rank and never
-    returns, so admission stays shut: later prompts wait, nothing is in flight,
-    rollout/committed_total stays at 12 (as in job 6258553), and the watchdog reports the stall once idle passes
-    stall_timeout_s=360.
+    Source: NVIDIA-NeMo/RL #3590 (the wedge "lasted 6 minutes before the fix; rollout/idle_s:
+    371.8, rollout/committed_total: 10 frozen"; job 6258553 "rollout stall -- ... (0 rollouts in
+    flight, 12 groups committed, step 3/150)"; P3 in docs/domain/incidents.md). Numbers: two
+    shards, the merged system; a prompt every 10 s; shard 1 is killed at 100 s and quarantined at
+    ~110 s; the refit at 120 s broadcasts to the dead rank and never returns, so admission stays
+    shut: later prompts wait, nothing is in flight, rollout/committed_total stays at 12 (as in job
+    6258553), and the watchdog reports the stall once idle passes stall_timeout_s=360.
     """
     return Scenario(
         name="hung-weight-sync", description=hung_weight_sync.__doc__ or "", horizon_s=800.0,
@@ -157,12 +158,12 @@ def hung_weight_sync() -> Scenario:
 def wedged_engine() -> Scenario:
     """P5: a wedged engine answers every probe while its generations fail.
 
-    Source: seed 003 ("a shard answering probes while failing every generation is still
-    condemned"; before the fix "each good probe would wipe the evidence and the shard would
-    swing healthy <-> suspect for ever") and DOMAIN.md §5 P5. Numbers: two shards, the merged
-    system without ``separate-reported-failure-streak``; each prompt's two rows call together,
-    one lands on shard 1, which is wedged from 60 s (fast failures); the router answers 500,
-    drops it until the next 5 s push, and Gym's retry lands on shard 0. One failure every 12 s
+    Source: NVIDIA-NeMo/RL #3590 ("a shard answering probes while failing every generation is still
+    condemned"; before the fix "each good probe would wipe the evidence and the shard would swing
+    healthy <-> suspect for ever"; P5 in docs/domain/incidents.md). Numbers: two shards, the merged
+    system without ``separate-reported-failure-streak``; each prompt's two rows call together, one
+    lands on shard 1, which is wedged from 60 s (fast failures); the router answers 500, drops it
+    until the next 5 s push, and Gym's retry lands on shard 0. One failure every 12 s
     is drained into a streak the next good probe zeroes, so shard 1 swings healthy <-> suspect
     and is never quarantined. With ``separate-reported-failure-streak`` the third drained failure
     condemns it.
@@ -184,15 +185,15 @@ def wedged_engine() -> Scenario:
 def retry_504_storm() -> Scenario:
     """P6: a hung backend answered 504 makes Gym retry one call for ever, the ceiling rising.
 
-    Source: seed 003 ("a wedged backend produces 504, which is in Gym's rate-limit retry subset
-    where its ceiling rises on every attempt. That is an unbounded retry loop at
-    backend_timeout_s per turn"; "least-outstanding prefers the corpse") and DOMAIN.md §4.7,
-    §5 P6. Numbers: two shards, the merged system without ``router-500-not-504``;
-    backend_timeout_s=600 (the default); shard 0 hangs every generation from 30 s; a prompt
-    every 20 s. The call that lands on shard 0 at 40 s gets 504 at 640 s, is retried at once onto
-    the same backend (back at zero in flight, ties go to the lowest index), and again at 1241 s
-    and 1841 s, max_tries rising 4, 5, 6; its group can end only at its 3000 s deadline. With
-    ``router-500-not-504`` the 500 is retried onto shard 1 and the call completes.
+    Source: NVIDIA-NeMo/RL #3590 ("a wedged backend produces 504, which is in Gym's rate-limit
+    retry subset where its ceiling rises on every attempt. That is an unbounded retry loop at
+    backend_timeout_s per turn"; "least-outstanding prefers the corpse"; P6 in
+    docs/domain/incidents.md). Numbers: two shards, the merged system without
+    ``router-500-not-504``; backend_timeout_s=600 (the default); shard 0 hangs every generation
+    from 30 s; a prompt every 20 s. The call that lands on shard 0 at 40 s gets 504 at 640 s, is
+    retried at once onto the same backend (back at zero in flight, ties go to the lowest index),
+    and again at 1241 s and 1841 s, max_tries rising 4, 5, 6; its group can end only at its 3000 s
+    deadline. With ``router-500-not-504`` the 500 is retried onto shard 1 and the call completes.
     """
     turn = Turn(model_s=5.0, tool_s=2.0, input_tokens=512, output_tokens=256)
     return Scenario(
@@ -210,11 +211,12 @@ def retry_504_storm() -> Scenario:
 def stale_weights_serving() -> Scenario:
     """P13: a refit that misses a serving shard leaves it serving weights the trainer left.
 
-    Source: DOMAIN.md §3.8 ("gen_fleet/shard_weight_version/{i}: if a serving shard's version
-    trails the trainer, that is a correctness bug"), §5 P13, and seed 003 (a refit is the only
-    way weights reach a shard). Numbers: two shards, the merged system; a prompt every 10 s;
-    refits at 100 s and 250 s (10 s each); the second never reaches shard 1, which stays healthy
-    on the older version while the trainer moves on.
+    Source: fleet health in NVIDIA-NeMo/RL main ("gen_fleet/shard_weight_version/{i}: if a serving
+    shard's version trails the trainer, that is a correctness bug") and NVIDIA-NeMo/RL #3590 (a
+    refit is the only way weights reach a shard); P13 in docs/domain/incidents.md. Numbers: two
+    shards, the merged system; a prompt every 10 s; refits at 100 s and 250 s (10 s each); the
+    second never reaches shard 1, which stays healthy on the older version while the trainer moves
+    on.
     """
     return Scenario(
         name="stale-weights-serving", description=stale_weights_serving.__doc__ or "",
@@ -234,11 +236,11 @@ def stale_weights_serving() -> Scenario:
 def fleet_exhausted() -> Scenario:
     """P4: shards die one by one until fewer serve than min_healthy_shards.
 
-    Source: seed 003 and DOMAIN.md §3.3 (``raise_if_exhausted()`` -> "GenerationFleetExhausted
-    (only N generation shard(s) serving, below min_healthy_shards=M ...)"), §5 P4. Numbers: four
-    shards, min_healthy_shards=2, the merged system; a prompt every 5 s; shards 3, 2 and 1 are
-    killed at 100, 200 and 300 s; each is quarantined within ~15 s, and the third quarantine
-    leaves one serving shard: GenerationFleetExhausted.
+    Source: NVIDIA-NeMo/RL #3590 (``raise_if_exhausted()`` -> "GenerationFleetExhausted (only N
+    generation shard(s) serving, below min_healthy_shards=M ...)"; P4 in docs/domain/incidents.md).
+    Numbers: four shards, min_healthy_shards=2, the merged system; a prompt every 5 s; shards 3, 2
+    and 1 are killed at 100, 200 and 300 s; each is quarantined within ~15 s, and the third
+    quarantine leaves one serving shard: GenerationFleetExhausted.
     """
     turn = Turn(model_s=8.0, tool_s=2.0, input_tokens=1024, output_tokens=512)
     return Scenario(
@@ -257,15 +259,15 @@ def fleet_exhausted() -> Scenario:
 def demo() -> Scenario:
     """A composite run for ``rolloutscope demo``: healthy stretches, then three incidents.
 
-    Source: seeds 003 and 004 together (DOMAIN.md §5 P1, P3, P4). Numbers (20 minutes,
-    240 generated prompts plus one long one, four shards on seed 003's merged system,
-    rollout_timeout_s=180 as in #4266): healthy until shard 3 is killed while serving at 198 s
-    and quarantined at the next probe tick (serving backends 4 -> 3); a long rollout arriving at 330 s
-    parks at its turn boundary when snapshot 1 starts at 480 s, its deadline fires at 510 s
-    while parked, the snapshot commits at 540 s and the try finishes un-ACKed; the refit at
-    660 s broadcasts to the dead rank and hangs, admission stays shut, and the watchdog reports
-    a stall with nothing in flight once stall_timeout_s=300 has passed. At 10x, each incident
-    appears within a minute or two of wall time.
+    Source: NVIDIA-NeMo/RL #3590 and #4266 together (P1, P3, P4 in docs/domain/incidents.md).
+    Numbers (20 minutes, 240 generated prompts plus one long one, four shards on #3590's merged
+    system, rollout_timeout_s=180 as in #4266): healthy until shard 3 is killed while serving at
+    198 s and quarantined at the next probe tick (serving backends 4 -> 3); a long rollout arriving
+    at 330 s parks at its turn boundary when snapshot 1 starts at 480 s, its deadline fires at
+    510 s while parked, the snapshot commits at 540 s and the try finishes un-ACKed; the refit at 660 s
+    broadcasts to the dead rank and hangs, admission stays shut, and the watchdog reports a stall
+    with nothing in flight once stall_timeout_s=300 has passed. At 10x, each incident appears
+    within a minute or two of wall time.
     """
     long_row = Row(turns=(Turn(model_s=120.0, tool_s=30.0, input_tokens=2048,
                                output_tokens=1024),

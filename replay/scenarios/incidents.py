@@ -30,13 +30,13 @@ def _rows(n: int, *turns: Turn) -> tuple[Row, ...]:
 def snapshot_outlasts_deadline() -> Scenario:
     """P1: a snapshot parks a rollout past its deadline; the finished try is never ACKed.
 
-    Source: seed 004 (NVIDIA-NeMo/RL #4266, "a snapshot that outlasts a rollout's deadline") and
-    DOMAIN.md §5 P1. Numbers: rollout_timeout_s=180 (#4266's functional test); the row parks at
-    its turn boundary at 150 s when snapshot 1 starts; the snapshot's commit takes 60 s (commits
-    and resumes at 210 s); the deadline fires at 180 s with try 0 parked; try 1 starts when the
-    fence reopens at 210 s; try 0 finishes at 240 s and nobody ACKs it; snapshot 2 at 450 s waits
-    out prepare_timeout_s=300 (#4266's default) and fails at 750 s, and so do snapshots 3 and 4
-    (800 s and 1150 s).
+    Source: the incident write-up for NVIDIA-NeMo/RL #4266 ("a snapshot that outlasts a rollout's
+    deadline"; P1 in docs/domain/incidents.md). Numbers: rollout_timeout_s=180 (#4266's functional
+    test); the row parks at its turn boundary at 150 s when snapshot 1 starts; the snapshot's
+    commit takes 60 s (commits and resumes at 210 s); the deadline fires at 180 s with try 0
+    parked; try 1 starts when the fence reopens at 210 s; try 0 finishes at 240 s and nobody ACKs
+    it; snapshot 2 at 450 s waits out prepare_timeout_s=300 (#4266's default) and fails at 750 s,
+    and so do snapshots 3 and 4 (800 s and 1150 s).
     With ``pause-deadlines-during-snapshot`` the deadline is suspended 150-210 s, try 0 finishes
     at 240 s within its 180 s budget, is ACKed, and every later snapshot commits.
     """
@@ -58,12 +58,13 @@ def snapshot_outlasts_deadline() -> Scenario:
 def lost_reply() -> Scenario:
     """P2: a row's finished reply never reaches RL; the un-ACKed result blocks every prepare.
 
-    Source: DOMAIN.md §5 P2 and seed 004 ("the lost-reply stall: RL never uses a finished
-    reply"). Numbers: two rows per prompt (150 s each); row 1's reply is lost at 150 s, the
-    stream ends short and RL re-dispatches the row (max_row_attempts=3); snapshots at 200, 550
-    and 900 s wait out prepare_timeout_s=300 and fail while the lost
-    completion stays un-ACKed. With ``retire-then-adopt`` RL retires the missing row's attempt
-    at 150 s, Gym refuses (the run completed), RL adopts and ACKs it, and every snapshot commits.
+    Source: NVIDIA-NeMo/RL #4266's incident write-up ("the lost-reply stall: RL never uses a
+    finished reply"; P2 in docs/domain/incidents.md). Numbers: two rows per prompt (150 s each);
+    row 1's reply is lost at 150 s, the stream ends short and RL re-dispatches the row
+    (max_row_attempts=3); snapshots at 200, 550 and 900 s wait out prepare_timeout_s=300 and fail
+    while the lost completion stays un-ACKed. With ``retire-then-adopt`` RL retires the missing
+    row's attempt at 150 s, Gym refuses (the run completed), RL adopts and ACKs it, and every
+    snapshot commits.
     """
     turn = Turn(model_s=40.0, tool_s=10.0, input_tokens=1024, output_tokens=512)
     return Scenario(
@@ -80,9 +81,9 @@ def lost_reply() -> Scenario:
 def prepare_blocked_by_streaming() -> Scenario:
     """P7: a response already streaming holds the model stage of prepare until its deadline.
 
-    Source: seed 000 (Gym #3883: "only a response already streaming blocks readiness") and
-    DOMAIN.md §5 P7. Numbers: prepare_timeout_s=180 (the functional tests' value); row 0 streams
-    a 400 s response from 105 s (first chunk at 110 s); snapshot 1 at 150 s stops at stage
+    Source: NVIDIA-NeMo/Gym #3883 ("only a response already streaming blocks readiness"; P7 in
+    docs/domain/incidents.md). Numbers: prepare_timeout_s=180 (the functional tests' value); row 0
+    streams a 400 s response from 105 s (first chunk at 110 s); snapshot 1 at 150 s stops at stage
     ``model`` at 330 s. Meanwhile row 1 issues a call at 150 s into closed admission: the older
     gate answers 409 admission_closed (a 4xx: a data failure for RL), the newer gate
     (``calls-wait-at-closed-admission``) lets it wait until resume at 330 s. Snapshot 2 at 800 s.
@@ -104,9 +105,9 @@ def prepare_blocked_by_streaming() -> Scenario:
 def worker_lost_in_commit() -> Scenario:
     """P8: a policy worker lost after readiness makes the commit fail with export_failed.
 
-    Source: seed 000 (Gym #3883, multi-worker policy server: "a worker that disconnects after
-    the commit checked readiness and before the snapshot fails the commit, and a retried commit
-    fails the same way") and DOMAIN.md §2.6, §5 P8. Numbers: 2 policy workers (the seed's scale
+    Source: NVIDIA-NeMo/Gym #3883 (multi-worker policy server: "a worker that disconnects after the
+    commit checked readiness and before the snapshot fails the commit, and a retried commit fails
+    the same way"; P8 in docs/domain/incidents.md). Numbers: 2 policy workers (as in #3883's scale
     runs); snapshot 1 at 50 s is ready at 60 s, loses worker 1 in its commit and fails, and its
     retried commit gets the same final answer; snapshot 2 at 200 s commits with the remaining
     worker (restore stays refused on that server until it restarts).
@@ -127,11 +128,12 @@ def worker_lost_in_commit() -> Scenario:
 def lease_expiry() -> Scenario:
     """P9: the controller goes silent mid-checkpoint; participants self-resume at lease expiry.
 
-    Source: DOMAIN.md §2.2 (lease = deadline_ts + lease_grace_seconds, default 600 s; "if the
-    controller goes silent, the participant resumes on its own") and §5 P9. Numbers: snapshot 1
-    at 100 s prepares at once (deadline_ts = 100 + prepare_timeout_s 300 = 400 s); the
-    controller then stays silent for 1000 s; every participant's lease expires at 1000 s and it
-    resumes on its own; the controller's commit at 1100 s is refused (stale_checkpoint). The
+    Source: the draft checkpoint stack NVIDIA-NeMo/Gym #3882 ... #4197 (lease = deadline_ts +
+    lease_grace_seconds, default 600 s; if the controller goes silent, the participant resumes on
+    its own; P9 in docs/domain/incidents.md). Numbers: snapshot 1 at 100 s prepares at once
+    (deadline_ts = 100 + prepare_timeout_s 300 = 400 s); the controller then stays silent for 1000
+    s; every participant's lease expires at 1000 s and it resumes on its own; the controller's
+    commit at 1100 s is refused (stale_checkpoint). The
     stall watchdog (stall_timeout_s=600) reports the stall from 630 s while work remains.
     """
     turn = Turn(model_s=60.0, tool_s=20.0, input_tokens=1024, output_tokens=512)
@@ -149,10 +151,11 @@ def lease_expiry() -> Scenario:
 def healthy_baseline() -> Scenario:
     """A healthy run: snapshots commit, a colocated refit pauses deadlines, nothing incident-like.
 
-    Source: DOMAIN.md §2.2-§2.8 (the protocol working as designed) and §4.2 (the colocated
-    training switch is the one holder the seeds' registry already had). Numbers: 6 prompts of
-    2 rows, rollout_timeout_s=600, snapshots at 100, 400 and 700 s committing in 2 s, a 20 s
-    colocated weight sync at 250 s, 3 train steps of 2 prompt groups each.
+    Source: docs/domain/checkpoint-protocol.md (the protocol working as designed) and
+    docs/domain/rollouts-and-deadlines.md#the-deadline-registry (the colocated training switch is
+    the one holder RL's registry already had). Numbers: 6 prompts of 2 rows, rollout_timeout_s=600,
+    snapshots at 100, 400 and 700 s committing in 2 s, a 20 s colocated weight sync at 250 s, 3
+    train steps of 2 prompt groups each.
     """
     def row(model_s: float, turns: int) -> Row:
         return Row(turns=tuple(Turn(model_s=model_s + 5 * k, tool_s=10.0, input_tokens=1024,
@@ -175,10 +178,11 @@ def healthy_baseline() -> Scenario:
 def scale_16k() -> Scenario:
     """16,000 rollouts, most of them in flight at each checkpoint.
 
-    Source: seed 000's scale table (Gym #3883: 16,000 rollouts on 2 policy workers, 14,320 and
-    12,228 in flight at the checkpoint; commit 4.64 s) and DESIGN.md "Scale" (16k concurrent
-    rollouts, several model calls each, checkpoints every few minutes). Numbers: 2,000 prompts
-    x 8 rows arriving over 300 s, 4-8 turns of 60-240 s generations and 10-90 s tool steps,
+    Source: NVIDIA-NeMo/Gym #3883's scale table (16,000 rollouts on 2 policy workers, 14,320 and
+    12,228 in flight at the checkpoint; commit 4.64 s; P7 in docs/domain/incidents.md) and the
+    scale of a real run (16k concurrent rollouts, several model calls each, checkpoints every few
+    minutes). Numbers: 2,000 prompts x 8 rows arriving over 300 s, 4-8 turns of 60-240 s
+    generations and 10-90 s tool steps,
     generation cuts on, snapshots every 600 s committing in 4.64 s, rollout_timeout_s=5400.
     """
     return Scenario(

@@ -1,4 +1,4 @@
-"""P1: a rollout deadline that fired while a snapshot had the rollout parked (seed 004).
+"""P1: a rollout deadline that fired while a snapshot had the rollout parked (RL #4266).
 
 The budget arithmetic is the whole incident: a try starts with ``rollout_timeout_s`` of budget;
 when the snapshot closes admission the try has ``budget - (snapshot start - deadline start)``

@@ -1,11 +1,12 @@
-"""P4: a generation shard quarantined, and how fast the fleet notices a dead one (seed 003).
+"""P4: a generation shard quarantined, and how fast the fleet notices a dead one.
 
-The measure is the seed's: seconds from the fault to the first failure that bounds the run and
-names its cause. With fleet health that is the quarantine (the shard's move to ``dead``, after
-which ``GenerationFleetExhausted`` or the router's smaller serving set follows); without it,
-only the retry budget bounds the run, at ``redispatch_exhausted``. Seed 003's single-shard idle
-kill: 62 s with fleet health probing on the 30 s watchdog tick, 222 s without (the budget of
-five 30 s tries and their backoff), ~15 s with probes every ``probe_interval_s`` = 5 s.
+The measure is that of NVIDIA-NeMo/RL #3590's chaos harness: seconds from the fault to the first
+failure that bounds the run and names its cause. With fleet health that is the quarantine (the
+shard's move to ``dead``, after which ``GenerationFleetExhausted`` or the router's smaller serving
+set follows); without it, only the retry budget bounds the run, at ``redispatch_exhausted``. Its
+single-shard idle kill: 62 s with fleet health probing on the 30 s watchdog tick, 222 s
+without (the budget of five 30 s tries and their backoff), ~15 s with probes every
+``probe_interval_s`` = 5 s.
 
 ``probe_sweep`` replays the run's scenario (extracted from the run) over probe cadence x
 ``unhealthy_threshold`` with ``rolloutscope.replay.sweep``, serially, a run file per point. The

@@ -26,7 +26,7 @@ from rolloutscope.postmortem.runs import (
     seconds,
 )
 
-# the watchdog's counters that make a stall (DOMAIN.md §4.6) and a quarantine (§3.8, §5 P4)
+# the watchdog's counters that make a stall (P3) and a quarantine (P4; docs/domain/incidents.md)
 STALL_METRICS = ("rollout/committed_total", "rollout/train_steps", "rollout/inflight",
                  "rollout/idle_s")
 PROGRESS_METRICS = STALL_METRICS[:3]  # rollout/idle_s moves at every sample of a stall

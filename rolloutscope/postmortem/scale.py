@@ -1,10 +1,10 @@
 """Checkpoint prepare / commit / restore at 8k and 16k rollouts, replayed and as published.
 
-Seed 000 (Gym #3883) published one checkpoint per run at 8,000 and 16,000 rollouts on one
+NVIDIA-NeMo/Gym #3883 published one checkpoint per run at 8,000 and 16,000 rollouts on one
 workstation with a fake inference backend; ``SEED_000`` holds that table verbatim. The replays
 are the built-in ``scale-16k`` scenario and an 8k variant of it (``scale_scenario``), each read
 back from the ``checkpoint_ops`` view at its busiest snapshot (the one that parked the most
-rollouts, as the seed's harness held most rollouts in flight at its checkpoint).
+rollouts, as #3883's harness held most rollouts in flight at its checkpoint).
 
 What a replay measures and what it is given: the rollouts in flight and the prepare duration
 come out of the simulation (a park-requested agent waiting on a model call parks at once; one in
@@ -33,13 +33,13 @@ SIZES = (8_000, 16_000)
 
 @dataclass(frozen=True, kw_only=True)
 class PublishedCheckpoint:
-    """One row of seed 000's scale table (times in seconds)."""
+    """One row of NVIDIA-NeMo/Gym #3883's scale table (times in seconds)."""
 
     rollouts: int
     policy_workers: int
     in_flight: int  # in flight at the checkpoint, exported
     prepare_s: float
-    model_prepare_s: float | None  # the model stage of prepare, where the seed gives it
+    model_prepare_s: float | None  # the model stage of prepare, where #3883 gives it
     commit_s: float
     restore_s: float
     run: str = ""
@@ -56,8 +56,8 @@ SEED_000: tuple[PublishedCheckpoint, ...] = (
                         model_prepare_s=3.53, commit_s=1.83, restore_s=3.23, run="rerun"),
 )
 
-# The replay takes a commit's duration as given. scale-16k gives seed 000's first 16k commit
-# (4.64 s, two workers); its 8k variant gives the seed's 8k commit on the same two workers.
+# The replay takes a commit's duration as given. scale-16k gives Gym #3883's first 16k commit
+# (4.64 s, two workers); its 8k variant gives #3883's 8k commit on the same two workers.
 COMMIT_S = {8_000: 0.69, 16_000: 4.64}
 
 
@@ -65,12 +65,12 @@ def scale_scenario(rollouts: int, *, scale: float = 1.0) -> Scenario:
     """``scale-16k`` at ``rollouts`` (8,000 or 16,000) nominal rollouts, times ``scale``.
 
     The prompt count is resized (each prompt is a group of ``num_generations_per_prompt``
-    rollouts) and every snapshot commits in the seed's commit time for that size; everything
+    rollouts) and every snapshot commits in Gym #3883's commit time for that size; everything
     else (arrivals, turns, tool steps, two policy workers, generation cuts) is ``scale-16k``'s.
     ``scale`` < 1 makes a smaller run with the same shape, for a quick look.
     """
     if rollouts not in COMMIT_S:
-        raise PostmortemError(f"seed 000 published {', '.join(map(str, COMMIT_S))} rollouts, "
+        raise PostmortemError(f"Gym #3883 published {', '.join(map(str, COMMIT_S))} rollouts, "
                               f"not {rollouts}")
     if not 0 < scale <= 1:
         raise PostmortemError(f"scale must be in (0, 1], not {scale}")
@@ -86,7 +86,7 @@ def scale_scenario(rollouts: int, *, scale: float = 1.0) -> Scenario:
         base, name=name,
         description=(f"{BASE_SCENARIO} resized to {count * per_prompt:,} rollouts "
                      f"({count:,} prompts x {per_prompt}), commits in {COMMIT_S[rollouts]} s "
-                     f"(seed 000 at {rollouts:,} rollouts on two workers)"),
+                     f"(Gym #3883 at {rollouts:,} rollouts on two workers)"),
         workload=dataclasses.replace(base.workload,
                                      generated=dataclasses.replace(generated, count=count)),
         control=dataclasses.replace(base.control, snapshots=snapshots))
@@ -165,12 +165,12 @@ def replayed(runs: Mapping[int, RunRef]) -> dict[int, ReplayedCheckpoint]:
 
 
 def comparison_table(checkpoints: Mapping[int, ReplayedCheckpoint]) -> pd.DataFrame:
-    """Seed 000's rows and the replays' busiest snapshots side by side, size by size."""
+    """Gym #3883's rows and the replays' busiest snapshots side by side, size by size."""
     rows = []
     for size in sorted({*COMMIT_S, *checkpoints}):
         for p in (p for p in SEED_000 if p.rollouts == size):
             rows.append({"size": f"{size // 1000}k",
-                         "source": "seed 000" + (f" ({p.run})" if p.run else ""),
+                         "source": "Gym #3883" + (f" ({p.run})" if p.run else ""),
                          "rollouts": p.rollouts, "policy_workers": p.policy_workers,
                          "in_flight": p.in_flight, "prepare_s": p.prepare_s,
                          "model_prepare_s": p.model_prepare_s, "commit_s": p.commit_s,
@@ -189,7 +189,7 @@ def comparison_table(checkpoints: Mapping[int, ReplayedCheckpoint]) -> pd.DataFr
 
 
 def measured_prepare_growth() -> tuple[float, float]:
-    """The least and the most that seed 000's prepare grew from 8k to 16k rollouts."""
+    """The least and the most that Gym #3883's prepare grew from 8k to 16k rollouts."""
     small = [p.prepare_s for p in SEED_000 if p.rollouts == min(COMMIT_S)]
     large = [p.prepare_s for p in SEED_000 if p.rollouts == max(COMMIT_S)]
     return round(min(large) / max(small), 2), round(max(large) / min(small), 2)
@@ -208,11 +208,11 @@ class ScaleFindings:
     """What the replays say against the published figures, in the numbers that decide it."""
 
     replayed_in_flight_share: float  # the lowest share of rollouts parked, across the replays
-    published_in_flight_share: float  # the lowest share in flight in seed 000's 16k runs
+    published_in_flight_share: float  # the lowest share in flight in Gym #3883's 16k runs
     replayed_prepare_s: float  # the longest replayed prepare
     prepare_bound_s: float  # the longest tool step of the replayed scenarios
     replayed_growth: float  # replayed prepare, 16k over 8k
-    measured_growth: tuple[float, float]  # seed 000's prepare, 16k over 8k, least and most
+    measured_growth: tuple[float, float]  # Gym #3883's prepare, 16k over 8k, least and most
 
 
 def findings(checkpoints: Mapping[int, ReplayedCheckpoint], *,

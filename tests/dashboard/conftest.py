@@ -1,4 +1,5 @@
-"""A run told the way seed 004 tells it, built through the real OTel SDK into a real store file.
+"""A run told the way NVIDIA-NeMo/RL #4266's incident write-up tells P1, built through the real
+OTel SDK into a real store file.
 
 Timeline (seconds after T0): rollouts r-0..r-11 start in the first minute with a 180 s rollout
 deadline. Snapshot 1 closes admission at 150 s and commits at 210 s; it parks r-7 try 0, whose
@@ -113,7 +114,7 @@ def build_p1_run(kit: SpanKit) -> None:
                 (EventName.AGENT_ACKNOWLEDGED, end, {})])
         if i in (10, 11):  # running across snapshot 1: parked, released, fine
             kit.span(SpanName.AGENT_PARKED, 150, 210, {**who, Attr.CHECKPOINT_ID: CK1})
-    # r-7: the seed's rollout
+    # r-7: the write-up's rollout
     r7 = {Attr.ROLLOUT_ID: "r-7", Attr.PROMPT_IDX: 7}
     t0 = {**r7, Attr.RL_ATTEMPT: 0}
     kit.span(SpanName.RL_ATTEMPT, 0, 180, {

@@ -1,8 +1,8 @@
 """The served dashboard in a real Chromium: what only a browser shows.
 
-Serves the seed-004 run read-only on 127.0.0.1 from a thread of this process and drives Debian's
-chromium through Playwright. Waits poll the page with deadlines; nothing sleeps. Screenshots of
-each main view land in the test's tmp_path.
+Serves the P1 run (conftest) read-only on 127.0.0.1 from a thread of this process and drives
+Debian's chromium through Playwright. Waits poll the page with deadlines; nothing sleeps.
+Screenshots of each main view land in the test's tmp_path.
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ def test_incidents_are_listed_and_selecting_one_zooms_the_timeline(page, tmp_pat
     page.wait_for_function(f"(before) => ({X_RANGES_JS})() !== before", arg=before)
     wait_for_plot(page)
     ranges = page.evaluate(X_RANGES_JS)
-    assert "142.8" in ranges  # the seed's window: parked 150-210 s, fired at 180 s, padded
+    assert "142.8" in ranges  # the P1 window: parked 150-210 s, fired at 180 s, padded
     page.screenshot(path=str(tmp_path / "timeline_incident.png"), full_page=True)
     open_tab(page, "Incident")
     page.get_by_text("Step by step").wait_for()

@@ -52,7 +52,7 @@ def shard(idx, state, start, end, serving=True, **kw):
 
 @pytest.fixture
 def p1_frames() -> tl.TimelineFrames:
-    """Seed 004's one rollout, one snapshot, in view rows."""
+    """P1's one rollout, one snapshot (RL #4266's incident write-up), in view rows."""
     return tl.TimelineFrames(
         checkpoint_windows=frame([{"checkpoint_id": "ck1", "start_ns": ns(150),
                                    "end_ns": ns(210), "outcome": "committed"}], WIN_COLS),

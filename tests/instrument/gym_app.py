@@ -1,4 +1,6 @@
-"""A FastAPI Gym server speaking both checkpoint protocol generations (DOMAIN.md §2), for tests.
+"""A FastAPI Gym server speaking both checkpoint protocol generations, for tests.
+
+The protocol: docs/domain/checkpoint-protocol.md.
 
 Replies are the protocol's shapes; which reply a route gives is set per test through ``state``.
 """

@@ -8,12 +8,8 @@ import json
 import pandas as pd
 import pytest
 
-from rolloutscope.collectors.instrument import (
-    Deadline,
-    DeadlineRegistry,
-    ManualClock,
-    RolloutTimeout,
-)
+from rolloutscope.clock import ManualClock
+from rolloutscope.collectors.instrument import Deadline, DeadlineRegistry, RolloutTimeout
 from rolloutscope.vocabulary import Attr, DeadlineHolder, EventName
 
 from .conftest import S, T0
@@ -274,7 +270,7 @@ class TestSuspension:
         assert (row.outcome, row.suspended_s, row.fired_ns) == ("fired", 60.0, T0 + 90 * S)
 
     def test_a_single_flag_inner_registry_sees_one_suspend_and_one_resume(self, run):
-        class RequestDeadlineRegistry:  # the seeds' registry: one flag, resume restarts all
+        class RequestDeadlineRegistry:  # RL's registry: one flag, resume restarts all
             def __init__(self):
                 self.calls = []
 

@@ -15,6 +15,6 @@ def p1_run(tmp_path_factory) -> runs.RunRef:
 
 @pytest.fixture(scope="module")
 def idle_kill_run(tmp_path_factory) -> runs.RunRef:
-    """seed 003's chaos run: the only shard killed idle, fleet health probing on the tick."""
+    """RL #3590's chaos run: the only shard killed idle, fleet health probing on the tick."""
     return runs.open_run(None, scenario="chaos-kill-idle", variants=["fleet-health-enabled"],
                          workdir=tmp_path_factory.mktemp("idle-kill"))

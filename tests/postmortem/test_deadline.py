@@ -1,4 +1,4 @@
-"""P1 from the reference run: seed 004's budget arithmetic, its timeline, and the fix replayed."""
+"""P1 from the reference run: RL #4266's budget arithmetic, its timeline, and the fix replayed."""
 
 from __future__ import annotations
 

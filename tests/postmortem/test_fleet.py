@@ -1,4 +1,4 @@
-"""P4 from seed 003's idle kill: lanes, detection, serving backends, the probe sweep."""
+"""P4 from RL #3590's idle kill: lanes, detection, serving backends, the probe sweep."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Checkpoint figures at scale: seed 000's table, the resized scenarios, the replayed figures."""
+"""Checkpoint figures at scale: Gym #3883's table, the resized scenarios, the replayed figures."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def checkpoints(tmp_path_factory):
 
 def test_seed_000s_table_is_carried_verbatim():
     table = scale.comparison_table({})
-    assert list(table.source) == ["seed 000", "seed 000", "seed 000", "seed 000 (rerun)"]
+    assert list(table.source) == ["Gym #3883", "Gym #3883", "Gym #3883", "Gym #3883 (rerun)"]
     assert list(table.prepare_s) == [0.67, 0.56, 7.57, 3.60]
     assert list(table.commit_s) == [0.60, 0.69, 4.64, 1.83]
     assert list(table.restore_s) == [0.60, 0.56, 4.97, 3.23]

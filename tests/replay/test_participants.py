@@ -17,7 +17,7 @@ from rolloutscope.vocabulary import (
 )
 from rolloutscope.replay.errors import ModelInvariantError
 from rolloutscope.replay.participants.agent import AgentParticipant
-from rolloutscope.replay.participants.clock import ManualClock
+from rolloutscope.clock import ManualClock
 from rolloutscope.replay.participants.coordinator import RESUME_ORDER, CheckpointCoordinator
 from rolloutscope.replay.participants.deadlines import DeadlineRegistry
 from rolloutscope.replay.participants.environment import (
@@ -318,7 +318,7 @@ class TestDeadlines:
         reg = DeadlineRegistry(clock, counted=False)
         d = reg.add("d", kind=DeadlineKind.ROLLOUT, budget_s=100.0)
         reg.suspend(DeadlineHolder.COLOCATED_TRAINING)
-        reg.suspend(DeadlineHolder.GYM_CHECKPOINT)  # a no-op on the seeds' registry
+        reg.suspend(DeadlineHolder.GYM_CHECKPOINT)  # a no-op on RL's registry
         clock.set(10.0)
         reg.resume(DeadlineHolder.GYM_CHECKPOINT)
         assert d.due_at() is not None  # running again while training still holds it

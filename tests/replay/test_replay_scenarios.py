@@ -1,5 +1,5 @@
 """The engine end to end: built-in scenarios replayed into a real run store, read back through
-the model views; the seed-004 timeline to the second; determinism; the CLI."""
+the model views; the P1 timeline of RL #4266 to the second; determinism; the CLI."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ EXPECTED = [
     # the silent controller commits nothing for 1000 s while work remains
     ("lease-expiry", (), {"lease_expired", "stall"}),
     ("healthy-baseline", (), set()),
-    # seed 003. A leading "-" takes a fix away from the scenario's own (the merged system's).
+    # RL #3590. A leading "-" takes a fix away from the scenario's own (the merged system's).
     # Part 1's system: the dead endpoint parks each try in Gym's transport loop until its 30 s
     # deadline; five tries raise RolloutRedispatchExhausted 222 s after the kill
     ("chaos-kill-idle", (), {"redispatch_exhausted"}),

@@ -206,3 +206,15 @@ def test_a_gym_participant_the_replay_cannot_drive_says_exactly_why():
         ParticipantSpec.parse("model_participant=nemo_gym")
     assert "nemo_gym._checkpoint.generation_cut" in str(err.value)
     assert "errors.InvalidRolloutIdError" in str(err.value)
+
+
+def test_a_replay_that_could_not_run_is_a_failure_record(capture_path, tmp_path):
+    capture = capture_from_store(capture_path("lease-expiry"))
+    factories = {"model_participant": engine_factory("fleet_health", object)}
+    result = replay_run(capture, out=tmp_path / "x.duckdb", participants=factories)
+    assert result.failure is not None and result.failure.error_type == "ReplayError"
+    assert result.failure.message.startswith("the replay engine cannot take a plugged "
+                                             "model_participant")
+    assert result.error == f"ReplayError: {result.failure.message}" == str(result.failure)
+    assert not result.ok and not result.diverged
+    assert result.lines() == [f"replay of {result.capture} failed: {result.error}"]

@@ -31,8 +31,9 @@ def _incidents(store, kind=None):
 
 
 def _seed004_timeline(kit, *, fire_s=180.0, ack_try0=False):
-    """Seed 004: budget 180 s, snapshot 1 parks try 0 from 150 s to 210 s, the deadline fires
-    at fire_s, try 0 finishes at 240 s un-ACKed, snapshot 2 at 450 s fails after 300 s."""
+    """P1 as RL #4266 tells it: budget 180 s, snapshot 1 parks try 0 from 150 s to 210 s, the
+    deadline fires at fire_s, try 0 finishes at 240 s un-ACKed, snapshot 2 at 450 s fails after
+    300 s."""
     kit.inst.store.register_run("run-1", source="replay", config=SEED004)
     kit.span(SpanName.RL_TRAIN_STEP, 0, 0.001, {})  # run start marker
     kit.span(SpanName.RL_ADMISSION_FENCE, 150, 210, {Attr.CHECKPOINT_ID: "ck1",

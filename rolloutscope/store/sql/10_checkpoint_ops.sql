@@ -1,9 +1,11 @@
 -- checkpoint_ops: one row per checkpoint operation of a participant (gym.checkpoint.<op>) or of
 -- the controller's coordinator (gym.checkpoint.coordinate.<op>, participant_kind 'controller').
--- Source: the draft checkpoint telemetry (DOMAIN.md §6.4, §7.2). outcome is ok | error (NULL
--- while the operation is still running); code is the protocol error code (DOMAIN.md §2.10);
--- blockers is the count of capture keys that kept a prepare from being ready, blocker_keys the
--- keys themselves (at most 100); stopped_at is the stage where a coordinated prepare stopped.
+-- Source: the draft checkpoint telemetry
+-- (docs/domain/telemetry.md#the-draft-checkpoint-telemetry). outcome is ok | error (NULL while the
+-- operation is still running); code is the protocol error code
+-- (docs/domain/checkpoint-protocol.md#error-codes); blockers is the count of capture keys that
+-- kept a prepare from being ready, blocker_keys the keys themselves (at most 100); stopped_at is
+-- the stage where a coordinated prepare stopped.
 CREATE OR REPLACE VIEW checkpoint_ops AS
 SELECT
     run_id,

@@ -1,11 +1,11 @@
--- checkpoint_windows: one row per checkpoint attempt, from the moment rollout admission closed
--- for it to the moment it reopened (the interval a rollout deadline can collide with; P1 in
--- DOMAIN.md §5). The window is the union of the RL admission fence (rl.admission.fence owned by
--- the gym checkpoint) and every participant's gym.checkpoint.open interval; end_ns is NULL while
--- any of them is open.
--- outcome: 'open' while the window is open; otherwise the RL snapshot transaction's outcome
--- (published -> committed, aborted, failed); without one, derived from the operations: a
--- controller commit that succeeded -> committed, any failed operation -> failed, else aborted.
+-- checkpoint_windows: one row per checkpoint attempt, from the moment rollout admission closed for
+-- it to the moment it reopened (the interval a rollout deadline can collide with; P1 in
+-- docs/domain/incidents.md). The window is the union of the RL admission fence (rl.admission.fence
+-- owned by the gym checkpoint) and every participant's gym.checkpoint.open interval; end_ns is
+-- NULL while any of them is open. outcome: 'open' while the window is open; otherwise the RL
+-- snapshot transaction's outcome (published -> committed, aborted, failed); without one, derived
+-- from the operations: a controller commit that succeeded -> committed, any failed operation ->
+-- failed, else aborted.
 CREATE OR REPLACE VIEW checkpoint_windows AS
 WITH intervals AS (
     SELECT run_id, checkpoint_id, start_ns, end_ns

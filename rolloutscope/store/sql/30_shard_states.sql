@@ -1,8 +1,8 @@
 -- shard_states: one row per stay of a generation shard in one fleet-health state
--- (rl.gen_fleet.shard_state; DOMAIN.md §3.2-§3.4, §7.3). end_ns is NULL for the current state.
--- serving is true for healthy and suspect (the serving set). trigger names what moved the shard
--- into this state (probe_failure, reported_failure, probe_success, refit, restart, loaded,
--- retire, initial); membership_epoch is the fleet's epoch after the transition.
+-- (rl.gen_fleet.shard_state; docs/domain/fleet-health.md#transitions). end_ns is NULL for the
+-- current state. serving is true for healthy and suspect (the serving set). trigger names what
+-- moved the shard into this state (probe_failure, reported_failure, probe_success, refit, restart,
+-- loaded, retire, initial); membership_epoch is the fleet's epoch after the transition.
 CREATE OR REPLACE VIEW shard_states AS
 SELECT
     run_id,

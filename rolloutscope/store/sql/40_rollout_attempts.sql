@@ -1,7 +1,8 @@
 -- rollout_attempts: one row per RL try of a prompt group (rl.rollout.attempt; one iteration of
--- generate_and_push, DOMAIN.md §4.1, §7.4). attempt is the 0-based try; group_id the replay
--- buffer group reserved for it. outcome: committed | failed | cancelled, or 'open' while the try
--- runs. failure_class is infra | data (DOMAIN.md §4.3), failure_reason the exception class.
+-- generate_and_push, docs/domain/rollouts-and-deadlines.md#units). attempt is the 0-based try;
+-- group_id the replay buffer group reserved for it. outcome: committed | failed | cancelled, or
+-- 'open' while the try runs. failure_class is infra | data
+-- (docs/domain/rollouts-and-deadlines.md#failure-taxonomy), failure_reason the exception class.
 CREATE OR REPLACE VIEW rollout_attempts AS
 SELECT
     run_id,

@@ -1,9 +1,9 @@
--- deadlines: one row per RL deadline (_Deadline instance, rl.deadline; DOMAIN.md §4.2, §7.5).
--- outcome: completed (the guarded work finished in time), fired, cancelled, error, or 'open'
--- while the deadline is alive. suspended_s is the time the deadline spent suspended by a holder
--- (colocated training, or a gym checkpoint with the pause fix); state_when_fired is what the
--- guarded rollout was doing when it fired (running | parked | held | unknown); fired_ns is the
--- instant it fired.
+-- deadlines: one row per RL deadline (_Deadline instance, rl.deadline;
+-- docs/domain/rollouts-and-deadlines.md#deadlines). outcome: completed (the guarded work finished
+-- in time), fired, cancelled, error, or 'open' while the deadline is alive. suspended_s is the
+-- time the deadline spent suspended by a holder (colocated training, or a gym checkpoint with the
+-- pause fix); state_when_fired is what the guarded rollout was doing when it fired (running |
+-- parked | held | unknown); fired_ns is the instant it fired.
 CREATE OR REPLACE VIEW deadlines AS
 WITH fire AS (
     SELECT run_id, trace_id, span_id,

@@ -1,6 +1,7 @@
 -- parked_intervals: one row per stay of an agent execution parked by a checkpoint
--- (gym.agent.parked; DOMAIN.md §2.4, §2.8, §7.6): from the park (at a turn boundary, or without
--- one) to the release at resume. end_ns is NULL while the rollout is still parked.
+-- (gym.agent.parked; docs/domain/checkpoint-protocol.md#admission-parking-and-held-responses):
+-- from the park (at a turn boundary, or without one) to the release at resume. end_ns is NULL
+-- while the rollout is still parked.
 CREATE OR REPLACE VIEW parked_intervals AS
 SELECT
     run_id,

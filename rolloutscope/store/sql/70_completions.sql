@@ -1,7 +1,8 @@
 -- completions: one row per finished agent execution (event gym.agent.completed: Gym keeps the
 -- result until the controller acknowledges it) with the time of its ACK (event
 -- gym.agent.acknowledged), NULL while unacknowledged. An unacknowledged completion blocks every
--- later checkpoint prepare of the first protocol generation (DOMAIN.md §2.8; P1/P2).
+-- later checkpoint prepare of the first protocol generation
+-- (docs/domain/checkpoint-protocol.md#the-first-generation; P1/P2 in docs/domain/incidents.md).
 CREATE OR REPLACE VIEW completions AS
 WITH done AS (
     SELECT run_id, rollout_id, attempt,

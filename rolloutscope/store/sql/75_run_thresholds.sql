@@ -1,8 +1,10 @@
 -- run_thresholds: per run, its time range and time zero, and every threshold the incident views
 -- compare against, read from the config the run recorded (runs.config: the replay scenario's
--- nested config, or flat keys from an import), else the documented default of the system
--- observed (DOMAIN.md §2.9, §3.7, §4.4, §4.6). A NULL rollout_timeout_s means the run had no rollout deadline; a NULL max_num_steps
--- means the run did not say, and every idle stretch counts as work remaining.
+-- nested config, or flat keys from an import), else the documented default of the system observed
+-- (docs/domain/checkpoint-protocol.md#timeouts-and-config, docs/domain/fleet-health.md#config,
+-- docs/domain/rollouts-and-deadlines.md). A NULL rollout_timeout_s means the run had no rollout
+-- deadline; a NULL max_num_steps means the run did not say, and every idle stretch counts as work
+-- remaining.
 CREATE OR REPLACE VIEW run_thresholds AS
 WITH runs_seen AS (
     SELECT r.run_id, r.config, r.metadata,

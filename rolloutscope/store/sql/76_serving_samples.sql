@@ -1,7 +1,8 @@
--- serving_samples: the stall watchdog's samples of how many generation backends the router
--- routes to (router/serving_backends) and how many shards the fleet counts as serving
--- (gen_fleet/serving_shards), one row per run and sample instant (DOMAIN.md §3.8). Either may be
--- NULL where only one was published. The router reading more than the fleet is P4's divergence.
+-- serving_samples: the stall watchdog's samples of how many generation backends the router routes
+-- to (router/serving_backends) and how many shards the fleet counts as serving
+-- (gen_fleet/serving_shards), one row per run and sample instant
+-- (docs/domain/fleet-health.md#metrics). Either may be NULL where only one was published. The
+-- router reading more than the fleet is P4's divergence.
 CREATE OR REPLACE VIEW serving_samples AS
 SELECT
     run_id,

@@ -1,10 +1,10 @@
--- deadline_fired_while_parked (P1, seed 004): an RL rollout deadline fired while a snapshot had
--- that very rollout try parked. RL then stops reading the try without cancelling it; Gym resumes
--- and finishes it after the snapshot, and nobody acknowledges the result (see
--- stranded_completion). Matched on (run, prompt, RL try), the park covering the firing instant:
--- a deadline that fires before the rollout is parked (even 1 ms before the window opens) is not
--- this pattern. parked_s is how long the try had been parked when the deadline fired;
--- budget_left_s is what the deadline had left when the snapshot window opened.
+-- deadline_fired_while_parked (P1 in docs/domain/incidents.md; NVIDIA-NeMo/RL #4266): an RL
+-- rollout deadline fired while a snapshot had that very rollout try parked. RL then stops reading
+-- the try without cancelling it; Gym resumes and finishes it after the snapshot, and nobody
+-- acknowledges the result (see stranded_completion). Matched on (run, prompt, RL try), the park
+-- covering the firing instant: a deadline that fires before the rollout is parked (even 1 ms
+-- before the window opens) is not this pattern. parked_s is how long the try had been parked when
+-- the deadline fired; budget_left_s is what the deadline had left when the snapshot window opened.
 CREATE OR REPLACE VIEW deadline_fired_while_parked AS
 SELECT
     d.run_id,

@@ -1,9 +1,10 @@
--- stranded_completion (P1/P2, seed 004, DOMAIN.md §2.8): an agent execution finished but the
--- controller never acknowledged it, and nothing else can release it (retire refuses a completed
--- run). It counts once the result is clearly abandoned: the RL try that dispatched it had
--- already ended without committing it, or a later prepare failed behind it, or its try never
--- committed and it stayed unacknowledged longer than prepare_timeout_s. blocked_prepares counts the agent prepares that failed while it waited;
--- caused_by names the deadline_fired_while_parked incident that stranded it, when there is one.
+-- stranded_completion (P1/P2 in docs/domain/incidents.md; NVIDIA-NeMo/RL #4266): an agent
+-- execution finished but the controller never acknowledged it, and nothing else can release it
+-- (retire refuses a completed run). It counts once the result is clearly abandoned: the RL try
+-- that dispatched it had already ended without committing it, or a later prepare failed behind it,
+-- or its try never committed and it stayed unacknowledged longer than prepare_timeout_s.
+-- blocked_prepares counts the agent prepares that failed while it waited; caused_by names the
+-- deadline_fired_while_parked incident that stranded it, when there is one.
 CREATE OR REPLACE VIEW stranded_completion AS
 WITH stranded AS (
     SELECT c.*, t.origin_ns AS origin_ns, t.end_ns AS run_end_ns, t.prepare_timeout_s,

@@ -1,13 +1,14 @@
--- stall (P3, seed 003, DOMAIN.md §4.6): the watchdog's definition. Progress is the pair
--- (committed prompt groups, completed train steps); a stall is a stretch longer than
--- stall_timeout_s with no progress while work remains (train steps < max_num_steps). Nothing in
--- flight is still a stall (the hung weight sync); an idle controller with no work left is not.
+-- stall (P3 in docs/domain/incidents.md; NVIDIA-NeMo/RL #3590): the watchdog's definition.
+-- Progress is the pair (committed prompt groups, completed train steps); a stall is a stretch
+-- longer than stall_timeout_s with no progress while work remains (train steps < max_num_steps).
+-- Nothing in flight is still a stall (the hung weight sync); an idle controller with no work left
+-- is not.
 -- The stretch runs from the last progress to the next (end_ns NULL if the run ended stalled);
 -- inflight is what was in flight when the watchdog's stall line became due.
 -- A run recorded without spans for one kind of progress (an imported logger's metrics) progresses
 -- when the watchdog's counters rollout/committed_total and rollout/train_steps move; its in-flight
--- count is the stall line's, else the rollout/inflight sample due at the stall, and with no
--- record of commits at all (a controller log alone) its committed count is the stall line's.
+-- count is the stall line's, else the rollout/inflight sample due at the stall, and with no record
+-- of commits at all (a controller log alone) its committed count is the stall line's.
 CREATE OR REPLACE VIEW stall AS
 WITH counter_moves AS (
     SELECT run_id, name, ts_ns,

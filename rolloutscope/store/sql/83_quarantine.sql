@@ -1,9 +1,9 @@
--- quarantine (P4, seed 003, DOMAIN.md §3.3-§3.5): a generation shard left the serving set for
--- dead. Reports what moved it (probe or reported failures, with the last error), the time from
--- the fault to the quarantine — from the injected fault when a replay recorded one, else from
--- the shard's first failure (the start of its suspect stay) — and the serving-backends drop the
--- next router membership push made (N -> N-1). A run without push events (an imported logger's
--- metrics) reads that drop from router/serving_backends; a run without shard stays at all
+-- quarantine (P4 in docs/domain/incidents.md; NVIDIA-NeMo/RL #3590): a generation shard left the
+-- serving set for dead. Reports what moved it (probe or reported failures, with the last error),
+-- the time from the fault to the quarantine — from the injected fault when a replay recorded one,
+-- else from the shard's first failure (the start of its suspect stay) — and the serving-backends
+-- drop the next router membership push made (N -> N-1). A run without push events (an imported
+-- logger's metrics) reads that drop from router/serving_backends; a run without shard stays at all
 -- (metrics only) is quarantined where gen_fleet/shards/dead rises, its subject the fleet, timed
 -- from the gen_fleet/shards/suspect rise before it when the samples show one.
 CREATE OR REPLACE VIEW quarantine AS

@@ -1,7 +1,7 @@
--- router_fleet_divergence (P4, DOMAIN.md §3.6): the router routes to more backends than the
--- fleet considers serving, e.g. a restarted router that came back with every backend. Read from
--- the watchdog's metrics (router/serving_backends vs gen_fleet/serving_shards sampled at the same
--- tick); one incident per contiguous stretch of diverging samples.
+-- router_fleet_divergence (P4 in docs/domain/incidents.md): the router routes to more backends
+-- than the fleet considers serving, e.g. a restarted router that came back with every backend.
+-- Read from the watchdog's metrics (router/serving_backends vs gen_fleet/serving_shards sampled at
+-- the same tick); one incident per contiguous stretch of diverging samples.
 CREATE OR REPLACE VIEW router_fleet_divergence AS
 WITH samples AS (
     SELECT * FROM serving_samples

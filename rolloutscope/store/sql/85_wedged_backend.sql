@@ -1,8 +1,8 @@
--- wedged_backend (P5, seed 003): a shard whose engine answers every liveness probe while its
--- generations fail (router backend errors or adapter-reported failures). Needs at least
--- unhealthy_threshold failures and at least one probe in the failing stretch, every one of
--- them OK. Before the separate reported-failure streak, such a shard oscillated
--- healthy <-> suspect forever; oscillations counts those flips.
+-- wedged_backend (P5 in docs/domain/incidents.md; NVIDIA-NeMo/RL #3590): a shard whose engine
+-- answers every liveness probe while its generations fail (router backend errors or
+-- adapter-reported failures). Needs at least unhealthy_threshold failures and at least one probe
+-- in the failing stretch, every one of them OK. Before the separate reported-failure streak, such
+-- a shard oscillated healthy <-> suspect forever; oscillations counts those flips.
 CREATE OR REPLACE VIEW wedged_backend AS
 WITH failures AS (
     SELECT run_id, shard_idx, start_ns AS ts_ns, span_id FROM all_spans

@@ -1,9 +1,9 @@
--- retry_storm (P6, DOMAIN.md §4.7): one model call retried again and again on a rate-limit
--- status (429, 502, 503, 504, 520), the Gym client raising its retry ceiling on every try, so
--- the call only ends when the prompt group's deadline does. Before the router answered 500 on a
--- backend timeout, every such try lasted about backend_timeout_s. Three or more retries of one
--- call with a rising ceiling make a storm. One call is one span, or, where its retries carry the
--- call's id (nemo.gym.model_call.id), every retry of that id: each try then has a span of its
+-- retry_storm (P6 in docs/domain/incidents.md): one model call retried again and again on a
+-- rate-limit status (429, 502, 503, 504, 520), the Gym client raising its retry ceiling on every
+-- try, so the call only ends when the prompt group's deadline does. Before the router answered 500
+-- on a backend timeout, every such try lasted about backend_timeout_s. Three or more retries of
+-- one call with a rising ceiling make a storm. One call is one span, or, where its retries carry
+-- the call's id (nemo.gym.model_call.id), every retry of that id: each try then has a span of its
 -- own, and a call that storms for ever never ends the span that would hold them all.
 CREATE OR REPLACE VIEW retry_storm AS
 WITH retries AS (

@@ -1,9 +1,8 @@
--- prepare_blocked (P7, seed 000, DOMAIN.md §2.3-§2.4): a participant's prepare ran out its
--- deadline without becoming ready because responses were already streaming (or, in the older
--- protocol, executions still running / parked without a boundary). The coordinator stops at
--- that stage and agents behind it stay park_requested. A prepare blocked only by an
--- unacknowledged completion is reported as stranded_completion instead, and a lost worker as
--- export_failed.
+-- prepare_blocked (P7 in docs/domain/incidents.md; NVIDIA-NeMo/Gym #3883): a participant's prepare
+-- ran out its deadline without becoming ready because responses were already streaming (or, in the
+-- older protocol, executions still running / parked without a boundary). The coordinator stops at
+-- that stage and agents behind it stay park_requested. A prepare blocked only by an unacknowledged
+-- completion is reported as stranded_completion instead, and a lost worker as export_failed.
 CREATE OR REPLACE VIEW prepare_blocked AS
 SELECT
     o.run_id,

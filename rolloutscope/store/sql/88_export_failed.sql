@@ -1,7 +1,7 @@
--- export_failed (P8, seed 000, DOMAIN.md §2.6): on a multi-worker policy server a worker was
--- lost after the commit checked readiness, so the commit failed with export_failed. The failure
--- is final for that checkpoint (retried commits fail the same way) and a later restore on that
--- server is refused until it restarts.
+-- export_failed (P8 in docs/domain/incidents.md; NVIDIA-NeMo/Gym #3883): on a multi-worker policy
+-- server a worker was lost after the commit checked readiness, so the commit failed with
+-- export_failed. The failure is final for that checkpoint (retried commits fail the same way) and
+-- a later restore on that server is refused until it restarts.
 CREATE OR REPLACE VIEW export_failed AS
 WITH failed AS (
     SELECT run_id, checkpoint_id, min(start_ns) AS start_ns, max(end_ns) AS end_ns,

@@ -1,4 +1,4 @@
--- lease_expired (P9, DOMAIN.md §2.2): the controller went silent mid-checkpoint; after
+-- lease_expired (P9 in docs/domain/incidents.md): the controller went silent mid-checkpoint; after
 -- deadline_ts + lease_grace_seconds the participant resumed on its own (an abort) and fenced the
 -- checkpoint id. One incident per checkpoint and participant.
 CREATE OR REPLACE VIEW lease_expired AS

@@ -1,7 +1,7 @@
--- late_retired_attempt (P10, DOMAIN.md §2.3, §5): requests of an attempt that was already
+-- late_retired_attempt (P10 in docs/domain/incidents.md): requests of an attempt that was already
 -- retired, refused with stale_attempt. Expected right after a retire (info); a refusal after a
--- successful forget in the run means something still runs that should not (warning; forget
--- spans carry no per-rollout list, so this is judged per run).
+-- successful forget in the run means something still runs that should not (warning; forget spans
+-- carry no per-rollout list, so this is judged per run).
 CREATE OR REPLACE VIEW late_retired_attempt AS
 WITH refusals AS (
     SELECT run_id, rollout_id, attempt, count(*) AS refusals, min(ts_ns) AS first_ns,

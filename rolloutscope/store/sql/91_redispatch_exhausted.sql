@@ -1,7 +1,7 @@
--- redispatch_exhausted (P11, seed 003, DOMAIN.md §4.4): a prompt group failed with
--- infrastructure errors on max_infra_attempts_per_prompt tries: the outage outlasted the retry
--- budget (1, 2, 4, 8 s of capped exponential backoff), and the prompt was dropped or the run
--- raised RolloutRedispatchExhausted. caused_by names a quarantine that began before the first
+-- redispatch_exhausted (P11 in docs/domain/incidents.md; NVIDIA-NeMo/RL #3590): a prompt group
+-- failed with infrastructure errors on max_infra_attempts_per_prompt tries: the outage outlasted
+-- the retry budget (1, 2, 4, 8 s of capped exponential backoff), and the prompt was dropped or the
+-- run raised RolloutRedispatchExhausted. caused_by names a quarantine that began before the first
 -- failure, when there is one.
 CREATE OR REPLACE VIEW redispatch_exhausted AS
 WITH infra AS (

@@ -1,6 +1,7 @@
--- data_failure_config (P12, seed 003, DOMAIN.md §4.3): deterministic data failures that are
--- really a configuration mismatch: HTTP 400 "maximum context length" from the engine means the
--- trainer's max_total_sequence_length exceeds the engine's max_model_len. One incident per run.
+-- data_failure_config (P12 in docs/domain/incidents.md; NVIDIA-NeMo/RL #3590): deterministic data
+-- failures that are really a configuration mismatch: HTTP 400 "maximum context length" from the
+-- engine means the trainer's max_total_sequence_length exceeds the engine's max_model_len. One
+-- incident per run.
 CREATE OR REPLACE VIEW data_failure_config AS
 WITH failures AS (
     SELECT run_id, count(*) AS failures, count(DISTINCT prompt_idx) AS prompts,

@@ -1,6 +1,6 @@
--- stale_weights_serving (P13, DOMAIN.md §3.8): after a weight sync to trainer version v, a shard
--- in the serving set still holds older weights — a correctness bug, since rollouts are generated
--- from a policy the trainer has moved past. Checked at the end of every weight sync.
+-- stale_weights_serving (P13 in docs/domain/incidents.md): after a weight sync to trainer version
+-- v, a shard in the serving set still holds older weights — a correctness bug, since rollouts are
+-- generated from a policy the trainer has moved past. Checked at the end of every weight sync.
 CREATE OR REPLACE VIEW stale_weights_serving AS
 WITH syncs AS (
     SELECT run_id, end_ns, span_id,

@@ -1,6 +1,6 @@
--- cut_degraded (P15, seed 000, DOMAIN.md §2.5): generation cuts that failed or were skipped
--- (constrained decoding) at a prepare: those calls regenerate from scratch after a restore. A
--- cost, not a failure.
+-- cut_degraded (P15 in docs/domain/incidents.md; NVIDIA-NeMo/Gym #3883): generation cuts that
+-- failed or were skipped (constrained decoding) at a prepare: those calls regenerate from scratch
+-- after a restore. A cost, not a failure.
 CREATE OR REPLACE VIEW cut_degraded AS
 SELECT
     o.run_id,

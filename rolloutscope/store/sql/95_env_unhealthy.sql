@@ -1,5 +1,5 @@
--- env_unhealthy (P14, DOMAIN.md §4.6): the watchdog's environment health check failed — a Gym
--- subprocess that died or stopped answering — which otherwise shows up only as unexplained
+-- env_unhealthy (P14 in docs/domain/incidents.md): the watchdog's environment health check failed
+-- — a Gym subprocess that died or stopped answering — which otherwise shows up only as unexplained
 -- rollout timeouts. One incident per run and environment.
 CREATE OR REPLACE VIEW env_unhealthy AS
 WITH problems AS (

@@ -1,9 +1,9 @@
--- incidents: every incident pattern (DOMAIN.md §5, P1-P15), one row each, with common columns:
--- kind (the pattern's view name), severity (critical | warning | info), start_ns / end_ns (end
--- NULL while it lasts), subject (the rollout, shard, checkpoint or component it concerns),
--- summary (one sentence with the numbers), evidence (span ids to jump to) and caused_by (the
--- incident that led to this one, where the data links them). incident_id is stable for a given
--- run file: `rolloutscope incidents RUN --json` prints it and --incident options take it.
+-- incidents: every incident pattern (P1-P15 in docs/domain/incidents.md), one row each, with
+-- common columns: kind (the pattern's view name), severity (critical | warning | info), start_ns /
+-- end_ns (end NULL while it lasts), subject (the rollout, shard, checkpoint or component it
+-- concerns), summary (one sentence with the numbers), evidence (span ids to jump to) and caused_by
+-- (the incident that led to this one, where the data links them). incident_id is stable for a
+-- given run file: `rolloutscope incidents RUN --json` prints it and --incident options take it.
 CREATE OR REPLACE VIEW incidents AS
 SELECT run_id, incident_id, kind, severity, start_ns, end_ns, subject, summary, evidence, caused_by FROM deadline_fired_while_parked
 UNION ALL
