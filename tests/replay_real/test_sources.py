@@ -30,6 +30,20 @@ def _forget_loaded_upstream_modules():
             del sys.modules[name]
 
 
+@pytest.fixture
+def no_upstream_on_the_path(monkeypatch):
+    """As on a machine without NeMo-RL or NeMo-Gym: an earlier test's real checkout (on
+    sys.path, its modules imported) is hidden for this one and comes back after it."""
+    import sys
+    from pathlib import Path
+
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if not any(
+        (Path(p or ".") / name).is_dir() for name in ("nemo_rl", "nemo_gym"))])
+    for name in list(sys.modules):
+        if name.split(".")[0] in ("nemo_rl", "nemo_gym"):
+            monkeypatch.delitem(sys.modules, name)
+
+
 def _write(root, relpath, text):
     path = root / relpath
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -47,7 +61,7 @@ def test_a_path_given_wins_over_the_environment_variable(tmp_path):
     assert (code.root, code.found_by) == ((tmp_path / "b").resolve(), "ROLLOUTSCOPE_NEMO_RL_SRC")
 
 
-def test_nothing_found_says_where_to_point_it(monkeypatch):
+def test_nothing_found_says_where_to_point_it(no_upstream_on_the_path):
     with pytest.raises(UpstreamUnavailableError) as err:
         UpstreamCode.locate("nemo_gym", environ={})
     text = str(err.value)
@@ -100,7 +114,8 @@ def test_a_class_is_taken_from_a_module_that_cannot_load(tmp_path):
     assert type(deadline.error).__name__ == "RolloutTimeout"
 
 
-def test_a_gym_checkout_without_a_module_names_it(tmp_path, monkeypatch):
+def test_a_gym_checkout_without_a_module_names_it(tmp_path, monkeypatch,
+                                                 no_upstream_on_the_path):
     monkeypatch.syspath_prepend(str(tmp_path))  # restored (and sys.modules entries dropped)
     _write(tmp_path, "nemo_gym/__init__.py", "")
     _write(tmp_path, "nemo_gym/_checkpoint/__init__.py", "")
