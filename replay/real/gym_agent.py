@@ -53,7 +53,7 @@ from rolloutscope.replay.participants.protocol import (
     Reply,
     Report,
 )
-from rolloutscope.replay.virtual_time import AsyncRuntime, Pending
+from rolloutscope.replay.virtual_time import AsyncRuntime, ParticipantTaskError, Pending
 from rolloutscope.vocabulary import (
     CheckpointOp,
     CheckpointPhase,
@@ -212,10 +212,12 @@ class GymAgent:
                         await ex.model_done
         except asyncio.CancelledError:
             ex.stopped_by.append("cancelled")  # a retire stopped the activation
-        except Exception as exc:  # the session was retired under a parked boundary
-            if error_code(exc) is not ErrorCode.STALE_ATTEMPT:
-                raise
-            ex.stopped_by.append("stale")
+        except Exception as exc:
+            if error_code(exc) is ErrorCode.STALE_ATTEMPT:  # retired under a parked boundary
+                ex.stopped_by.append("stale")
+            else:  # the participant refused its own activation: a finding, named now
+                self.runtime.violation(ParticipantTaskError(
+                    PARTICIPANT, f"the activation of {ex.session_key}", exc))
 
     def state_of(self, key: ExecutionKey) -> ExecutionState:
         ex = self._executions[key]
