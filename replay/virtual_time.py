@@ -233,30 +233,53 @@ class _Registration:
     proxy: _TimeProxy
 
 
+_REAL_TIME_NAMES = {id(real): name for name, real in _REAL_TIME_FUNCS.items()}
+
+
+class _PatchPlan:
+    """Which module globals hold ``time`` or one of its clock functions, in the registered
+    modules: found once, and again only when a module is imported or a namespace grows (a
+    settle runs at every engine event that touches the participants)."""
+
+    def __init__(self) -> None:
+        self._key: tuple[int, int] | None = None
+        self._sizes: list[tuple[dict[str, Any], int]] = []
+        self.targets: list[tuple[dict[str, Any], str, Any]] = []
+
+    def current(self, registrations: list[_Registration]) -> list[tuple[dict[str, Any], str,
+                                                                        Any]]:
+        key = (len(sys.modules), len(registrations))
+        if key != self._key or any(len(ns) != n for ns, n in self._sizes):
+            self._rebuild(registrations)
+            self._key = key
+        return self.targets
+
+    def _rebuild(self, registrations: list[_Registration]) -> None:
+        self.targets, self._sizes = [], []
+        modules = list(sys.modules.items())
+        for reg in registrations:
+            for name, module in modules:
+                if not isinstance(module, ModuleType) or not name.startswith(reg.prefixes):
+                    continue
+                namespace = vars(module)
+                self._sizes.append((namespace, len(namespace)))
+                for global_name, value in list(namespace.items()):
+                    if value is _real_time:
+                        self.targets.append((namespace, global_name, reg.proxy))
+                    elif id(value) in _REAL_TIME_NAMES and callable(value):
+                        self.targets.append((namespace, global_name,
+                                             getattr(reg.proxy, _REAL_TIME_NAMES[id(value)])))
+
+
 class _Patches:
     """The module globals replaced while the runtime runs participant code."""
 
     def __init__(self) -> None:
         self.saved: list[tuple[dict[str, Any], str, Any]] = []
 
-    def apply(self, registrations: Iterable[_Registration]) -> None:
-        modules = list(sys.modules.items())
-        for reg in registrations:
-            for name, module in modules:
-                if not isinstance(module, ModuleType) or not name.startswith(reg.prefixes):
-                    continue
-                self._patch(vars(module), reg.proxy)
-
-    def _patch(self, namespace: dict[str, Any], proxy: _TimeProxy) -> None:
-        for key, value in list(namespace.items()):
-            if value is _real_time:
-                replacement: Any = proxy
-            else:
-                fname = next((f for f, real in _REAL_TIME_FUNCS.items() if value is real), None)
-                if fname is None:
-                    continue
-                replacement = getattr(proxy, fname)
-            self.saved.append((namespace, key, value))
+    def apply(self, targets: list[tuple[dict[str, Any], str, Any]]) -> None:
+        for namespace, key, replacement in targets:
+            self.saved.append((namespace, key, namespace[key]))
             namespace[key] = replacement
 
     def undo(self) -> None:
@@ -300,6 +323,7 @@ class AsyncRuntime:
         self.loop = VirtualTimeLoop(sched.clock)
         self.loop.set_exception_handler(self._on_loop_exception)
         self._registrations: list[_Registration] = []
+        self._plan = _PatchPlan()
         self._timer: Timer | None = None
         self._timer_at: float | None = None
         self._running = False
@@ -478,7 +502,7 @@ class AsyncRuntime:
             self.hooks = sys.get_asyncgen_hooks()
             sys.set_asyncgen_hooks(firstiter=r.loop._asyncgen_firstiter_hook,
                                    finalizer=r.loop._asyncgen_finalizer_hook)
-            self.patches.apply(r._registrations)
+            self.patches.apply(r._plan.current(r._registrations))
 
         def __exit__(self, *exc: Any) -> None:
             r = self.r
