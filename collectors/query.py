@@ -83,7 +83,7 @@ class QueryBusyError(BadRequestError):
 class QueryLimits:
     timeout_s: float = 30.0
     max_rows: int = 5_000_000
-    max_result_bytes: int = 256 * MiB
+    max_result_bytes: int = 128 * MiB
     max_concurrent: int = 2
     max_waiting: int = 8
     max_sql_bytes: int = 1 * MiB

@@ -80,7 +80,7 @@ class CollectorConfig:
     header_timeout_s: float = 10.0
     """A request head must arrive within this of connecting or of the previous response."""
     body_timeout_s: float = 60.0
-    grpc_max_concurrent: int = 8
+    grpc_max_concurrent: int = 4
     """gRPC exports being read, decoded or committed at once (each message is in memory)."""
     store_memory_mib: int = DEFAULT_STORE_MEMORY_MIB
     """DuckDB's memory limit for the run file (writer, views, queries); it spills past it."""

@@ -36,10 +36,11 @@ from typing import Any
 
 import orjson
 
-from rolloutscope.collectors.importers.log_lines import parse_iso8601
+from rolloutscope.collectors.importers.log_lines import TimeOutOfRange, parse_iso8601
 from rolloutscope.collectors.importers.report import ImportReport
 from rolloutscope.collectors.importers.sink import CHUNK_ROWS, ImportSink
 from rolloutscope.store import RowBatch
+from rolloutscope.store.fit import INT64_MAX, INT64_MIN, ColumnFitError, time_problem
 
 SERVICE = "nemo-rl/controller"
 KIND = "scalar"
@@ -164,7 +165,12 @@ def _read_tensorboard(path: Path, rows: _Rows, report: ImportReport) -> int:
                 if not math.isfinite(wall) or wall <= 0:
                     report.add_bad(name, record, f"scalar {value.tag!r} has no wall time")
                     continue
-                rows.add(value.tag, round(call_wall * 1e9), int(event.step), number)
+                try:
+                    rows.add(value.tag, round(call_wall * 1e9), int(event.step), number)
+                except ColumnFitError as exc:
+                    report.add_bad(name, record, f"scalar {value.tag!r} cannot be stored: "
+                                                 f"{exc}")
+                    continue
                 report.count("tensorboard_scalar")
     except Exception as exc:  # noqa: BLE001 - a damaged file ends its own read, never the import
         report.add_bad(name, record + 1, f"unreadable event record ({type(exc).__name__}: {exc})")
@@ -188,12 +194,15 @@ def _time_ns(record: dict[str, Any]) -> int | None | str:
         if isinstance(value, str):
             try:
                 return parse_iso8601(value)
+            except TimeOutOfRange as exc:
+                return f"{key}: {exc}"
             except ValueError:
                 return f"{key} {value[:40]!r} is not ISO 8601"
         number = _number(value)
         if number is None or number <= 0:
             return f"{key} {str(value)[:40]!r} is not a time"
-        return round(number * 1e9)
+        ns = round(number * 1e9)
+        return time_problem(ns, f"{key} {str(value)[:40]} s") or ns
     return None
 
 
@@ -204,6 +213,8 @@ def _step(record: dict[str, Any]) -> int | None | str:
             if isinstance(value, bool) or not isinstance(value, int | float) \
                     or not math.isfinite(value) or value != int(value):
                 return f"{key} {str(value)[:40]!r} is not an integer"
+            if not INT64_MIN <= int(value) <= INT64_MAX:
+                return f"{key} {str(value)[:40]} is out of range for a step (BIGINT)"
             return int(value)
     return None
 
@@ -268,9 +279,15 @@ def import_json_lines(path: Path, rows: _Rows, report: ImportReport, *, start_ns
         if mode == "line_order":
             ts = start_ns + round(index * interval_s * 1e9)
         index += 1
+        if mode == "line_order" and time_problem(ts, "") is not None:
+            report.add_bad(name, number, time_problem(ts, f"record {index} of line order"))
+            continue
         report.count("jsonl_record")
         for metric, value in samples:
-            rows.add(metric, ts, step, value)
+            try:
+                rows.add(metric, ts, step, value)
+            except ColumnFitError as exc:
+                report.add_bad(name, number, f"{metric!r} cannot be stored: {exc}")
     return mode or "record"
 
 

@@ -205,15 +205,23 @@ class OtlpHttpRoutes:
     async def _export(self, signal: Signal, request: web.Request, encoding: str,
                       held: Held) -> ExportResult:
         limits = self.receiver.limits
-        raw = await read_body(request, limits.max_body_bytes, held, self.body_timeout_s)
-        body = decompress(raw, request.headers.get("Content-Encoding", ""),
-                          limits.max_decoded_bytes, held)
-        read = held.bytes
-        # the rows are reserved before they exist: a refusal costs no memory
-        held.reserve(ROW_BYTES_PER_BODY_BYTE * len(body), "its decoded rows")
+        coding = request.headers.get("Content-Encoding", "")
+        declared = request.content_length
+        upfront = coding.strip().lower() in ("", "identity") and bool(declared)
+        if upfront and declared <= limits.max_body_bytes:
+            # the body is what gets decoded: its rows are reserved with it, before a byte is
+            # read, so a refusal costs neither memory nor the time to read the body
+            held.reserve(declared * (1 + ROW_BYTES_PER_BODY_BYTE), "the request and its rows")
+        raw = await read_body(request, limits.max_body_bytes, None if upfront else held,
+                              self.body_timeout_s)
+        body = decompress(raw, coding, limits.max_decoded_bytes, held)
+        read = len(raw) + (len(body) if body is not raw else 0)
+        rows = ROW_BYTES_PER_BODY_BYTE * len(body)
+        if read + rows > held.bytes:  # the rows are reserved before they exist
+            held.reserve(read + rows - held.bytes, "its decoded rows")
         sent = fingerprint(body)
         decoded = self.receiver.decode(signal, body, encoding)
         # the body and the parsed message are gone; only the rows wait for the commit
         del raw, body
-        held.release(read)
+        held.release(held.bytes - rows)
         return await self.receiver.commit(signal, decoded, fingerprint=sent)

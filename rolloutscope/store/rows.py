@@ -8,7 +8,7 @@ happens here and only here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import orjson
@@ -378,8 +378,21 @@ class RowBatch:
         rows = self.tables.get(table)
         if not rows:
             return None
+        return _to_arrow(rows, ARROW_SCHEMAS[table])
+
+    def arrow_slices(self, table: str, rows_per_slice: int) -> Iterator[pa.Table]:
+        """``arrow(table)`` in slices of at most ``rows_per_slice`` rows, each made as it is
+        asked for."""
+        rows = self.tables.get(table)
+        if not rows:
+            return
         schema = ARROW_SCHEMAS[table]
-        columns = list(zip(*rows, strict=True))
-        return pa.Table.from_arrays(
-            [pa.array(col, type=field.type) for col, field in zip(columns, schema, strict=True)],
-            schema=schema)
+        for start in range(0, len(rows), rows_per_slice):
+            yield _to_arrow(rows[start:start + rows_per_slice], schema)
+
+
+def _to_arrow(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.Table:
+    columns = list(zip(*rows, strict=True))
+    return pa.Table.from_arrays(
+        [pa.array(col, type=field.type) for col, field in zip(columns, schema, strict=True)],
+        schema=schema)

@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_ROWS = 50_000
 DEFAULT_MAX_DELAY_MS = 50
 DEFAULT_MAX_QUEUED_ROWS = 2_000_000
+ARROW_SLICE_ROWS = 50_000  # rows converted to Arrow and inserted at once, within a commit
 
 # DuckDB checkpoints the WAL into the file once it exceeds this. At DuckDB's default (16 MB,
 # about 45k spans) every checkpoint recompresses the table's last, partly filled row group
@@ -249,20 +250,20 @@ class StoreWriter:
         markers = self._open_markers
         con.execute("BEGIN")
         for table in _COMMIT_ORDER:
-            arrow = merged.arrow(table)
-            if arrow is None:
-                continue
-            if table == "spans" and markers:
-                markers -= self._delete_markers_of(arrow)
-            # a relation over the Arrow table: no named registration to create and drop
-            con.from_arrow(arrow).insert_into(table)
-            if table == "open_spans":
-                markers += arrow.num_rows
-            if table in ("spans", "open_spans"):
-                for run_id, (first, last) in _run_bounds(arrow).items():
-                    known = seen.get(run_id)
-                    seen[run_id] = (first, last) if known is None else (
-                        min(first, known[0]), max(last, known[1]))
+            # converted and inserted a slice at a time: the Arrow copy of a large batch never
+            # exists whole beside its rows
+            for arrow in merged.arrow_slices(table, ARROW_SLICE_ROWS):
+                if table == "spans" and markers:
+                    markers -= self._delete_markers_of(arrow)
+                # a relation over the Arrow table: no named registration to create and drop
+                con.from_arrow(arrow).insert_into(table)
+                if table == "open_spans":
+                    markers += arrow.num_rows
+                if table in ("spans", "open_spans"):
+                    for run_id, (first, last) in _run_bounds(arrow).items():
+                        known = seen.get(run_id)
+                        seen[run_id] = (first, last) if known is None else (
+                            min(first, known[0]), max(last, known[1]))
         self._record_run_bounds(seen)
         con.execute("COMMIT")
         # only now: a rolled-back commit changed neither the markers nor the bounds
