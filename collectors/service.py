@@ -172,6 +172,8 @@ class CollectorService:
             result = await self._query.run(sql, fmt)
         except orjson.JSONDecodeError as exc:
             return _json_error(400, "invalid_json", f"body is not valid JSON: {exc}")
+        except ConnectionError:  # the reader went away mid-request
+            return web.Response(status=499)
         except BadRequestError as exc:
             self.counters.problems[exc.problem] += 1
             headers = {"Retry-After": "1"} if exc.status == 429 else None

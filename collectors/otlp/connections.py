@@ -58,6 +58,35 @@ class RateLimitedLog:
         self._logger.warning(message + suffix, *args)
 
 
+class RateLimitFilter(logging.Filter):
+    """A logging filter with ``RateLimitedLog``'s rule, for loggers the collector does not
+    write itself (aiohttp's, asyncio's, gRPC's): at most one record per ``interval_s`` for each
+    logger and message, the next one saying how many were held back."""
+
+    def __init__(self, interval_s: float = 10.0, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self._interval, self._clock = interval_s, clock
+        self._last: dict[tuple[str, str], float] = {}
+        self._held: dict[tuple[str, str], int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, str(record.msg))
+        now = self._clock()
+        last = self._last.get(key)
+        if last is not None and now - last < self._interval:
+            self._held[key] = self._held.get(key, 0) + 1
+            return False
+        if len(self._last) > 1024:  # messages with their values in them: keep the map small
+            self._last.clear()
+            self._held.clear()
+        self._last[key] = now
+        held = self._held.pop(key, 0)
+        if held:
+            record.msg = f"{record.msg} ({held} more like it in the last {self._interval:g} s)"
+        return True
+
+
 class _Connection:
     __slots__ = ("transport", "busy")
 
@@ -147,8 +176,11 @@ class ConnectionLimiter:
             response = await handler(request)
             if isinstance(response, web.Response):
                 # written here, so that the connection turns idle only once it has sent it
-                await response.prepare(request)
-                await response.write_eof()
+                try:
+                    await response.prepare(request)
+                    await response.write_eof()
+                except ConnectionError:
+                    pass  # the peer went away; aiohttp sees the same and says nothing
             return response
         finally:
             conn.busy -= 1

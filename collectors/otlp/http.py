@@ -199,6 +199,10 @@ class OtlpHttpRoutes:
                 counters.requests[("http", "503")] += 1
                 return error_response(encoding, 503, _UNAVAILABLE, exc.message,
                                       exc.retry_after_s)
+            except ConnectionError:
+                # the sender went away mid-request: nobody to answer, nothing to log
+                counters.requests[("http", "sender_gone")] += 1
+                return web.Response(status=499)
         counters.requests[("http", "200")] += 1
         return _success(signal, encoding, result)
 

@@ -22,7 +22,7 @@ from rolloutscope.collectors.service import (
     Endpoints,
     raise_open_file_limit,
 )
-from rolloutscope.collectors.otlp.connections import RateLimitedLog
+from rolloutscope.collectors.otlp.connections import RateLimitedLog, RateLimitFilter
 
 READY_PREFIX = "rolloutscope collector ready "
 
@@ -117,6 +117,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # whatever a flood of senders makes any library log, it logs at a bounded rate
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RateLimitFilter())
     try:
         asyncio.run(_serve(config, dashboard_port=None if args.no_dashboard
                            else args.dashboard_port))
