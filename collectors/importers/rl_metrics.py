@@ -40,7 +40,7 @@ from rolloutscope.collectors.importers.log_lines import TimeOutOfRange, parse_is
 from rolloutscope.collectors.importers.report import ImportReport
 from rolloutscope.collectors.importers.sink import CHUNK_ROWS, ImportSink
 from rolloutscope.store import RowBatch
-from rolloutscope.store.fit import INT64_MAX, INT64_MIN, ColumnFitError, time_problem
+from rolloutscope.store.fit import INT64_MAX, INT64_MIN, MAX_NS, ColumnFitError
 
 SERVICE = "nemo-rl/controller"
 KIND = "scalar"
@@ -52,6 +52,7 @@ _STEP_KEYS = ("step", "_step")
 _TIME_KEYS = ("wall_time", "timestamp", "time", "ts", "_timestamp")
 _NAME_KEYS = ("name", "tag", "key")
 _IGNORED_KEYS = frozenset({*_STEP_KEYS, *_TIME_KEYS, "_runtime", "epoch"})
+_PAST = "is past the latest time the store holds (2262-04-11)"
 
 
 class MissingStartError(ValueError):
@@ -165,6 +166,10 @@ def _read_tensorboard(path: Path, rows: _Rows, report: ImportReport) -> int:
                 if not math.isfinite(wall) or wall <= 0:
                     report.add_bad(name, record, f"scalar {value.tag!r} has no wall time")
                     continue
+                if not call_wall * 1e9 <= MAX_NS:
+                    report.add_bad(name, record, f"scalar {value.tag!r}: wall time {wall:g} s "
+                                                 f"{_PAST}")
+                    continue
                 try:
                     rows.add(value.tag, round(call_wall * 1e9), int(event.step), number)
                 except ColumnFitError as exc:
@@ -201,8 +206,9 @@ def _time_ns(record: dict[str, Any]) -> int | None | str:
         number = _number(value)
         if number is None or number <= 0:
             return f"{key} {str(value)[:40]!r} is not a time"
-        ns = round(number * 1e9)
-        return time_problem(ns, f"{key} {str(value)[:40]} s") or ns
+        if not number * 1e9 <= MAX_NS:
+            return f"{key} {str(value)[:40]} s {_PAST}"
+        return round(number * 1e9)
     return None
 
 
@@ -277,11 +283,14 @@ def import_json_lines(path: Path, rows: _Rows, report: ImportReport, *, start_ns
             report.add_bad(name, number, samples)
             continue
         if mode == "line_order":
-            ts = start_ns + round(index * interval_s * 1e9)
+            offset = index * interval_s * 1e9
+            if not start_ns + offset <= MAX_NS:
+                report.add_bad(name, number, f"record {index} of line order (--start plus "
+                                             f"{index} x {interval_s:g} s) {_PAST}")
+                index += 1
+                continue
+            ts = start_ns + round(offset)
         index += 1
-        if mode == "line_order" and time_problem(ts, "") is not None:
-            report.add_bad(name, number, time_problem(ts, f"record {index} of line order"))
-            continue
         report.count("jsonl_record")
         for metric, value in samples:
             try:
