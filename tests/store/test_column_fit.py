@@ -151,7 +151,7 @@ def _good(run_id: str, n: int) -> RowBatch:
 def test_a_poisoned_batch_in_a_group_commit_fails_alone_and_the_others_commit(tmp_path):
     with RunStore(tmp_path / "run.duckdb") as store:
         # a long delay gathers all five batches into one group commit
-        writer = store.writer(max_delay_ms=300, max_rows=1_000_000)
+        writer = store.writer(max_delay_ms=3000, max_rows=1_000_000)
         commits = {}
         for name in ("a", "b", "poison", "c", "d"):
             commits[name] = writer.submit(_poisoned(name) if name == "poison" else _good(name, 5))

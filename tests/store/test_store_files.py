@@ -130,12 +130,14 @@ def test_concurrent_writers_from_several_threads_lose_nothing(store_path):
 
 def test_a_full_queue_rejects_the_batch_and_keeps_what_was_accepted(store_path):
     with RunStore(store_path) as store:
-        writer = store.writer(max_queued_rows=100, max_delay_ms=200, max_rows=10_000)
+        # the writer holds the first batch 3 s before committing it: the second submit finds
+        # it queued even on a machine busy enough to pause this thread for a while
+        writer = store.writer(max_queued_rows=100, max_delay_ms=3000, max_rows=10_000)
         accepted = writer.submit(_span_batch(80, prefix="a0000"))
         with pytest.raises(QueueFullError) as err:
             writer.submit(_span_batch(80, prefix="b0000"))
         assert err.value.rows == 80 and err.value.limit == 100
-        assert accepted.wait(10)
+        assert accepted.wait(30)
         assert store.query("SELECT count(*) FROM spans") == [(80,)]
         assert writer.stats.rejected_rows == 80
 
