@@ -7,9 +7,10 @@ is decided on DuckDB's own parse of the statement that will run, never on its te
 1. exactly one statement, of type SELECT (``SHOW``/``DESCRIBE``/``SUMMARIZE``/``FROM t`` are
    SELECTs to DuckDB; ``PRAGMA``, ``CALL``, ``SET`` are not);
 2. its parse tree (``json_serialize_sql``) is walked for every table function: only those that
-   read nothing but the store's catalog or generate values are allowed (``ALLOWED_TABLE_FUNCTIONS``),
-   ``query('…')`` is parsed the same way, recursively, and ``query_table('…')`` must name the
-   store's tables or views; a scalar function with a side effect (``nextval``) is refused;
+   read nothing but the store's catalog or generate values are allowed
+   (``ALLOWED_TABLE_FUNCTIONS``), ``query('…')`` is parsed the same way, recursively, and
+   ``query_table('…')`` must name the store's tables or views; a scalar function with a side
+   effect (``nextval``) is refused;
 3. the service opens the store with ``enable_external_access = false``, so nothing can read or
    write other files, attach databases or install extensions whatever got through.
 

@@ -188,3 +188,22 @@ def test_a_store_failure_fails_the_batches_it_held_and_not_later_ones(tmp_path):
         assert not isinstance(info.value, UnstorableBatchError)
         assert writer.submit(_good("later", 3)).wait(30)
         assert store.query("SELECT run_id, count(*) FROM spans GROUP BY ALL") == [("later", 3)]
+
+
+def test_the_in_process_exporter_drops_only_the_span_that_cannot_be_stored(tmp_path):
+    from rolloutscope.collectors.exporter import instrument
+
+    inst = instrument(tmp_path / "run.duckdb", service_name="svc", run_id="in-process")
+    tracer = inst.tracer()
+    for i in range(100):
+        # the SDK takes a list-valued checkpoint id, and a start past 2262, as given
+        attrs = {Attr.CHECKPOINT_ID: ["a", "b"]} if i == 10 else {Attr.CHECKPOINT_ID: f"ck-{i}"}
+        tracer.start_span("s", attributes=attrs).end()
+    tracer.start_span("late", start_time=2**63).end(end_time=2**63 + 1)
+    tracer.start_span("coerced", attributes={Attr.RL_ATTEMPT: 2.0}).end()
+    assert inst.flush()
+    assert (inst.exporter.exported_spans, inst.exporter.dropped_spans) == (100, 2)
+    rows = inst.store.query("SELECT name, count(*), max(attempt) FROM spans GROUP BY name "
+                            "ORDER BY name")
+    assert rows == [("coerced", 1, 2), ("s", 99, None)]
+    inst.shutdown()
