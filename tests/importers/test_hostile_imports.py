@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,15 +101,20 @@ CASES = [
 TABLES = {"rl-metrics": "metrics", "rl-log": "logs", "otlp-json": "spans"}
 
 
+# ``rolloutscope import`` that says, as it ends, its peak RSS: the kernel's VmHWM of the process
+# after it started Python (a child's rusage would count the image it was forked from)
+_CHILD = ("import sys\nfrom rolloutscope.cli import main\nrc = main(sys.argv[1:])\n"
+          "status = open('/proc/self/status').read().split('VmHWM:')[1].split()[0]\n"
+          "print('\\npeak-rss-kib', status, flush=True)\nsys.exit(rc)\n")
+
+
 def _import(*argv: str) -> tuple[int, str, int]:
     """``rolloutscope import`` in its own process: (exit code, what it printed, peak RSS MiB)."""
-    with tempfile.TemporaryFile("w+") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "rolloutscope", "import", *argv],
-                                stdout=out, stderr=subprocess.STDOUT, text=True)
-        _, status, usage = os.wait4(proc.pid, 0)  # its own rusage: the peak RSS of the import
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        return proc.returncode, out.read(), usage.ru_maxrss // 1024
+    done = subprocess.run([sys.executable, "-c", _CHILD, "import", *argv], capture_output=True,
+                          text=True, timeout=300)
+    out, _, peak = done.stdout.rpartition("\npeak-rss-kib ")
+    assert peak, done.stdout + done.stderr
+    return done.returncode, out + done.stderr, int(peak.split()[0]) // 1024
 
 
 @pytest.fixture(scope="module")
