@@ -10,6 +10,12 @@ and that order is the durability contract on shutdown:
 
 So SIGTERM/SIGINT lose nothing that was queued, and a 2xx/OK was only ever sent after the
 commit of its rows.
+
+Nothing a sender does can exhaust it: the memory held for requests is bounded in bytes
+(``InflightBudget``), the HTTP server's connections in number and idle time
+(``ConnectionLimiter`` and aiohttp's keep-alive timeout as the header timeout), the gRPC
+server's by its own options, DuckDB's memory by ``memory_limit``, and queries run off the event
+loop under their deadline (``QueryEngine``).
 """
 
 from __future__ import annotations
@@ -29,11 +35,11 @@ import grpc
 import orjson
 from aiohttp import web
 
-from rolloutscope.collectors.otlp.counters import COLLECTOR_SERVICE, CollectorCounters
-from rolloutscope.collectors.otlp.errors import BadRequestError
+from rolloutscope.auth import bearer_token_matches
 from rolloutscope.collectors.otlp.budget import DEFAULT_INFLIGHT_BYTES, InflightBudget
 from rolloutscope.collectors.otlp.connections import ConnectionLimiter
-from rolloutscope.auth import bearer_token_matches
+from rolloutscope.collectors.otlp.counters import COLLECTOR_SERVICE, CollectorCounters
+from rolloutscope.collectors.otlp.errors import BadRequestError
 from rolloutscope.collectors.otlp.grpc import BearerTokenInterceptor, OtlpGrpcHandlers
 from rolloutscope.collectors.otlp.http import OtlpHttpRoutes, read_body
 from rolloutscope.collectors.otlp.limits import MiB, DecodeLimits

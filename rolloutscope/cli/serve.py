@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from rolloutscope.cli import UsageError
+from rolloutscope.collectors.otlp.connections import RateLimitedLog, RateLimitFilter
 from rolloutscope.collectors.otlp.limits import MiB, DecodeLimits
 from rolloutscope.collectors.query import QueryLimits
 from rolloutscope.collectors.service import (
@@ -22,7 +23,6 @@ from rolloutscope.collectors.service import (
     Endpoints,
     raise_open_file_limit,
 )
-from rolloutscope.collectors.otlp.connections import RateLimitedLog, RateLimitFilter
 
 READY_PREFIX = "rolloutscope collector ready "
 
