@@ -150,6 +150,10 @@ def _empty(spec: ViewSpec) -> pd.DataFrame:
 class DataStore(param.Parameterized):
     """The run a dashboard shows, its view rows, and what the user selected."""
 
+    # derived selections are remembered until their frames change (off: each element derives
+    # its own, as the dashboard did before; benchmarks/bench_render.py's baseline)
+    remember_derived = True
+
     run_id = param.Selector(default=None, objects=[], doc="the run shown")
     incident = param.String(default=None, allow_None=True, doc="selected incident_id")
     rollout_filter = param.Selector(default="in incidents", objects=list(ROLLOUT_FILTERS))
@@ -185,6 +189,9 @@ class DataStore(param.Parameterized):
         self.config: dict = {}
         self.last_refresh_by_view = {}
         self._contexts: dict[tuple, tuple[pd.DataFrame, pd.DataFrame]] = {}
+        # derived selections (lanes, grouped ids), reused until a frame or a filter changes:
+        # a first render asks for them from several elements, each a pass over every try
+        self._derived: dict[tuple, object] = {}
         self._range_source: object = None
         self.range_is_incident = False  # time_range is an incident's window, not a zoom
         runs = store.run_ids()
@@ -558,11 +565,35 @@ class DataStore(param.Parameterized):
             return frozenset()
         return frozenset(str(e) for e in _listish(incident.get("evidence")))
 
+    def derived(self, what: tuple, frames: tuple[str, ...], compute):
+        """``compute()``, remembered for ``what`` until one of ``frames`` (or the run)
+        changes."""
+        key = (what, self.run_id, *(self.frame_versions[f] for f in frames))
+        if not self.remember_derived:
+            return compute()
+        if key not in self._derived:
+            if len(self._derived) > 64:
+                self._derived.clear()
+            self._derived[key] = compute()
+        return self._derived[key]
+
+    def grouped_rollout_ids(self, name: str) -> pd.Series:
+        """``group_rollout_ids`` of a Gym-side frame (parked intervals, completions)."""
+        return self.derived(("grouped", name), (name, "rollout_attempts"),
+                            lambda: group_rollout_ids(self.frames[name],
+                                                      self.frames["rollout_attempts"]))
+
     def incident_rollouts(self, incident_id: str | None = None) -> set[str]:
         """Rollouts an incident names (``incident_id``, else the selected one, else every
         incident): through an evidence span, or as its subject."""
-        inc = self.frames["incidents"]
         incident_id = incident_id or self.incident
+        return set(self.derived(("incident_rollouts", incident_id),
+                                ("incidents", "rollout_attempts", "deadlines",
+                                 "parked_intervals", "completions"),
+                                lambda: self._incident_rollouts(incident_id)))
+
+    def _incident_rollouts(self, incident_id: str | None) -> set[str]:
+        inc = self.frames["incidents"]
         if incident_id:
             inc = inc[inc.incident_id.astype(str) == incident_id]
         spans = {str(e) for ev in inc.evidence for e in _listish(ev)}
@@ -571,7 +602,7 @@ class DataStore(param.Parameterized):
         for name in ("rollout_attempts", "deadlines", "parked_intervals", "completions"):
             df = self.frames[name]
             if len(df) and "span_id" in df:
-                ids = group_rollout_ids(df, attempts) \
+                ids = self.grouped_rollout_ids(name) \
                     if name in ("parked_intervals", "completions") else df.rollout_id
                 out.update(ids[df.span_id.isin(spans)].dropna().astype(str))
         subjects = set(inc.subject.dropna().astype(str))
@@ -582,6 +613,13 @@ class DataStore(param.Parameterized):
 
     def rollout_lanes(self, cap: int = MAX_ROLLOUT_LANES) -> tuple[list[str], int]:
         """The rollout lanes the timeline draws under the current filter, and how many match."""
+        ids, total = self.derived(
+            ("rollout_lanes", cap, self.rollout_filter, self.failure_class, self.incident),
+            ("rollout_attempts", "parked_intervals", "incidents", "deadlines", "completions"),
+            lambda: self._rollout_lanes(cap))
+        return list(ids), total
+
+    def _rollout_lanes(self, cap: int) -> tuple[list[str], int]:
         att = self.frames["rollout_attempts"]
         mode = self.rollout_filter
         if mode == "in incidents":

@@ -388,6 +388,7 @@ def shaded_periods(incidents: pd.DataFrame, kinds: Iterable[str], t0_ns: int,
         "what": inc.kind.astype(str).to_numpy(), "detail": inc.summary.astype(str).to_numpy()})
 
 
+MIN_BAR_FRACTION = 0.004  # of the time axis: ~4 px on a 1000 px plot
 RECT_TOOLTIPS = [("lane", "@lane"), ("", "@what"), ("span", "@span"), ("", "@detail"),
                  ("from (s)", "@start_s"), ("to (s)", "@end_s"), ("duration (s)", "@dur_s")]
 SHADE_TOOLTIPS = [("", "@what"), ("", "@detail")]
@@ -457,6 +458,12 @@ def lane_plot(frames: TimelineFrames, *, t0_ns: int, now_ns: int,
     span = (0.0, max((now_ns - t0_ns) / S, 1.0))
     xlim = xlim or span
     ylim = (bottom, top)
+    # an interval that begins and ends at one instant (a fault, a probe tick, a state left
+    # at once) is a bar of no width: drawn a few pixels wide so it is seen and hovered
+    if len(rects):
+        least = (xlim[1] - xlim[0]) * MIN_BAR_FRACTION
+        rects = rects.assign(x1=np.maximum(rects.x1.to_numpy(dtype="float64"),
+                                           rects.x0.to_numpy(dtype="float64") + least))
     kdims = [axes.time, axes.y, "t_end", "y_top"]
     rects, stalls, hl, evid = (_axes(df, axes) for df in (rects, stalls, hl, evid))
     common = dict(xlim=xlim, ylim=ylim, framewise=True)

@@ -151,21 +151,24 @@ class View(pn.viewable.Viewer):
         return True
 
     def _frames(self, *, rollout_ids=(), evidence=frozenset(), keep=None) -> tl.TimelineFrames:
+        d = self.data
+        names = ("checkpoint_windows", "checkpoint_ops", "shard_states", "rollout_attempts",
+                 "parked_intervals", "deadlines", "completions", "incidents")
+        return d.derived(("lane_frames", tuple(rollout_ids), evidence,
+                          None if keep is None else tuple(keep)), names,
+                         lambda: self._select_frames(names, rollout_ids, evidence, keep))
+
+    def _select_frames(self, names, rollout_ids, evidence, keep) -> tl.TimelineFrames:
         f = self.data.frames
-        sub = {name: f[name] for name in ("checkpoint_windows", "checkpoint_ops",
-                                          "shard_states", "rollout_attempts",
-                                          "parked_intervals", "deadlines", "completions",
-                                          "incidents")}
+        kept = set(names) if keep is None else set(keep) | {"incidents"}
+        sub = {name: f[name] if name in kept else f[name].iloc[:0] for name in names}
         ids = set(map(str, rollout_ids))
         for name in ("parked_intervals", "completions"):
-            sub[name] = sub[name].assign(
-                rollout_id=tl.group_rollout_ids(sub[name], sub["rollout_attempts"]))
+            if name in kept:
+                sub[name] = sub[name].assign(rollout_id=self.data.grouped_rollout_ids(name))
         for name in ("rollout_attempts", "parked_intervals", "deadlines", "completions"):
             df = sub[name]
             sub[name] = df[df.rollout_id.astype(str).isin(ids)] if len(df) else df
-        if keep is not None:
-            for name in set(sub) - set(keep) - {"incidents"}:
-                sub[name] = sub[name].iloc[:0]
         return tl.TimelineFrames(**sub, rollout_ids=tuple(rollout_ids), evidence=evidence)
 
     def _t0(self) -> int:
