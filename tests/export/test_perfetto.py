@@ -1,5 +1,10 @@
 """The Perfetto/Chrome trace export of a real run (the demo scenario replayed into a store):
-parsed back and checked for what ui.perfetto.dev needs to draw it."""
+parsed back and checked for what ui.perfetto.dev needs to draw it.
+
+Parsed here rather than loaded by the ``perfetto`` package's trace processor: that package
+(0.59 on PyPI) ships no trace_processor_shell and downloads one on first use, which a machine
+without access beyond the package registries cannot do.
+"""
 
 from __future__ import annotations
 
