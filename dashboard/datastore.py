@@ -192,6 +192,7 @@ class DataStore(param.Parameterized):
         # derived selections (lanes, grouped ids), reused until a frame or a filter changes:
         # a first render asks for them from several elements, each a pass over every try
         self._derived: dict[tuple, object] = {}
+        self._registered: tuple[str, ...] | None = None  # the runs table, as last read live
         self._range_source: object = None
         self.range_is_incident = False  # time_range is an incident's window, not a zoom
         runs = store.run_ids()
@@ -333,10 +334,18 @@ class DataStore(param.Parameterized):
         if full:
             self.config = self.store.run_config(self.run_id)
             self._run_moved()  # what a full read covered: the next look compares against it
-            if self.live:  # runs that started since: the run picker offers them
+        if self.live:
+            # runs that started since (one small read a tick): the run picker offers them and
+            # the Replay tab picks up a replay written beside its capture (the demo's fix
+            # replays) at once, not at the next full reload
+            registered = tuple(r for (r,) in self.store.query(
+                "SELECT run_id FROM runs ORDER BY run_id"))
+            if full or registered != self._registered:
+                self._registered = registered
                 runs = self.store.run_ids()
                 if runs != list(self.param.run_id.objects):
                     self.param.run_id.objects = runs
+                    full = True  # every view's revision moves
         self._watermark = self.last_seen_ns()
         self.last_refresh_ms = (time.perf_counter() - t) * 1e3
         if changed or full:

@@ -179,6 +179,14 @@ class Fleet(TimeView):
         self._streak_note = key_pane(self._streak_text())
         self._router_note = pn.pane.HTML(self._router_text(), stylesheets=[CSS])
         self._backends = text_table(self._backend_rows(), page_size=10)
+        self._backend_part = pn.Column(
+            "**Model backends** (from model_calls: each backend a traced model call reached; "
+            "latency is the backend's, tries include retries)", self._backends,
+            sizing_mode="stretch_width")
+        self._no_backends = pn.pane.HTML(
+            "<span class='rs-note'>Model backends: no traced model call in this run "
+            "(gym.model.* spans or a client's calls to a generation route)</span>",
+            stylesheets=[CSS])
         self._empty = pn.Column(sizing_mode="stretch_width")
         self._plots = pn.Column(sizing_mode="stretch_width")
         streams = [hv.streams.Params(self, ["revision", "view_range"])]
@@ -203,6 +211,8 @@ class Fleet(TimeView):
                             ("reported (generation) failures", "■", style.ERROR)], note=note)
 
     def _show_empty(self) -> None:
+        calls = bool(len(self._backends.value))
+        self._backend_part.visible, self._no_backends.visible = calls, not calls
         has = bool(len(self.data.frames["shard_states"]))
         self._plots.visible = has
         if has:
@@ -264,9 +274,7 @@ class Fleet(TimeView):
                       sizing_mode="stretch_width"),
             pn.Column(plot_title("Worst failure streak per shard"), self._streak_note,
                       self._streaks, width=460)),
-            "**Model backends** (from model_calls: each backend a traced model call reached; "
-            "latency is the backend's, tries include retries)",
-            self._backends, sizing_mode="stretch_width")
+            self._backend_part, self._no_backends, sizing_mode="stretch_width")
 
 
 __all__ = ["Fleet", "Timeline"]
