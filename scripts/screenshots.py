@@ -28,6 +28,7 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 VIEWPORT = {"width": 1600, "height": 1000}
 TIMEOUT_MS = 60_000
+NO_PLOT_TIMEOUT_MS = 15_000  # before a tab is taken as one with nothing to draw
 TABS = ("Overview", "Timeline", "Checkpoints", "Fleet", "Rollouts", "Traces", "Incident",
         "Replay", "Diff")
 # coloured pixels on the page's visible canvases (through Bokeh's shadow roots): a plot drew
@@ -75,8 +76,8 @@ def gym_run(db: Path) -> None:
         collector.stop()
 
 
-def wait_drawn(page) -> None:
-    page.wait_for_function(f"() => ({DRAWN_JS})() > 50", timeout=TIMEOUT_MS)
+def wait_drawn(page, timeout_ms: float = TIMEOUT_MS) -> None:
+    page.wait_for_function(f"() => ({DRAWN_JS})() > 50", timeout=timeout_ms)
 
 
 def photograph(db: Path, out: Path, *, prefix: str = "") -> list[Path]:
@@ -107,8 +108,9 @@ def photograph(db: Path, out: Path, *, prefix: str = "") -> list[Path]:
                     page.wait_for_function("() => window.Bokeh && window.Bokeh.documents.length")
                     page.locator(".bk-tab.bk-active", has_text=tab).first.wait_for()
                     if tab not in ("Overview",):
-                        try:
-                            wait_drawn(page)
+                        try:  # a tab with nothing to draw shows its note at once
+                            wait_drawn(page, TIMEOUT_MS if tab in ("Timeline", "Traces")
+                                       else NO_PLOT_TIMEOUT_MS)
                         except Exception:  # a tab with nothing to draw on this run says so
                             print(f"  {tab}: no plot drawn", flush=True)
                     path = out / f"{prefix}{tab.lower()}.png"
