@@ -227,7 +227,8 @@ def _blockers(attrs: dict[str, Any], items: Any, total: Any) -> None:
 
 
 def _counts(attrs: dict[str, Any], counts: Any) -> None:
-    if isinstance(counts, Mapping):
+    # most replies carry none of the counter keys at this level: one set test says so
+    if isinstance(counts, Mapping) and not counts.keys().isdisjoint(_COUNT_KEYS):
         for key, attr in _COUNT_KEYS.items():
             value = _count(counts.get(key))
             if value is not None:
