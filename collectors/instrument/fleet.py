@@ -359,7 +359,8 @@ class ObservedFleetHealth:
                 self._spans[position].end(end_time=now)
             span = self._tracer.start_span(SpanName.SHARD_STATE, context=_ROOT,
                                            attributes=attrs, start_time=now)
-            emit_open_marker(self._tracer, span)
+            if span.is_recording():  # a sampled-out or no-op span has nothing to show
+                emit_open_marker(self._tracer, span)
             if position < len(self._spans):
                 self._spans[position] = span
             else:

@@ -294,7 +294,8 @@ class GymCheckpointMiddleware:
             attrs.update(request_attributes(body))
             exchange.span = self._tracer.start_span(route.span_name, context=exchange.parent,
                                                     attributes=attrs, start_time=start)
-            emit_open_marker(self._tracer, exchange.span)
+            if exchange.span.is_recording():  # sampled out, or no SDK: nothing to show
+                emit_open_marker(self._tracer, exchange.span)
         except Exception as exc:  # noqa: BLE001
             self.failures.record(exc)
             if exchange.span is None:
