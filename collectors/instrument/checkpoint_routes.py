@@ -24,8 +24,8 @@ shape yields fewer attributes, never an exception.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from rolloutscope.vocabulary import (
@@ -56,11 +56,11 @@ class ControlRoute:
     span_name: str
     op: str
     participant_kind: ParticipantKind | None  # fixed by the route in the first generation
+    # an operation (visible in checkpoint_ops, open while it runs), not a poll; decided once
+    is_operation: bool = field(init=False)
 
-    @property
-    def is_operation(self) -> bool:
-        """An operation (visible in checkpoint_ops, open while it runs), not a poll."""
-        return self.op not in (STATUS_OP, ACKNOWLEDGE_OP)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "is_operation", self.op not in (STATUS_OP, ACKNOWLEDGE_OP))
 
 
 _OP_SPANS = {
@@ -235,6 +235,26 @@ def _counts(attrs: dict[str, Any], counts: Any) -> None:
                 attrs[attr] = value
 
 
+def _kind(value: Any) -> str | None:
+    kind = _text(value)
+    return kind if kind in _KINDS else None
+
+
+# The top-level fields of a reply that map one-to-one onto an attribute, in attribute order;
+# of two fields for one attribute the first one present and valid wins (``phase``, then the
+# first generation's ``state``). Only the keys a body has are read.
+_REPLY_FIELDS: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
+    ("kind", Attr.CK_PARTICIPANT_KIND, _kind),
+    ("instance", Attr.CK_INSTANCE, _text),
+    ("phase", Attr.CK_PHASE, _text),
+    ("state", Attr.CK_PHASE, _text),
+    ("checkpoint_id", Attr.CHECKPOINT_ID, _text),
+    ("lease_expires_at", Attr.CK_LEASE_EXPIRES_AT, _number),
+    ("records", Attr.CK_RECORDS, _count),
+    ("bytes", Attr.CK_BYTES, _count),
+)
+
+
 def reply_attributes(body: Any) -> dict[str, Any]:
     """A reply of either generation -> phase, readiness, blockers, counters, identity.
 
@@ -246,25 +266,11 @@ def reply_attributes(body: Any) -> dict[str, Any]:
     if not isinstance(body, Mapping):
         return {}
     attrs: dict[str, Any] = {}
-    kind = _text(body.get("kind"))
-    if kind in _KINDS:
-        attrs[Attr.CK_PARTICIPANT_KIND] = kind
-    instance = _text(body.get("instance"))
-    if instance is not None:
-        attrs[Attr.CK_INSTANCE] = instance
-    phase = _text(body.get("phase")) or _text(body.get("state"))
-    if phase is not None:
-        attrs[Attr.CK_PHASE] = phase
-    ck = _text(body.get("checkpoint_id"))
-    if ck is not None:
-        attrs[Attr.CHECKPOINT_ID] = ck
-    lease = _number(body.get("lease_expires_at"))
-    if lease is not None:
-        attrs[Attr.CK_LEASE_EXPIRES_AT] = lease
-    for key, attr in (("records", Attr.CK_RECORDS), ("bytes", Attr.CK_BYTES)):
-        value = _count(body.get(key))
-        if value is not None:
-            attrs[attr] = value
+    for key, attr, read in _REPLY_FIELDS:
+        if key in body and attr not in attrs:
+            value = read(body[key])
+            if value is not None:
+                attrs[attr] = value
     report = body.get("report")
     if isinstance(report, Mapping):
         if isinstance(report.get("ready"), bool):

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
@@ -81,7 +82,7 @@ TRACER_NAME = "rolloutscope.instrument.gym"
 # receipts of ~200 bytes). Anything larger is not worth holding a copy of.
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 _SHARED_PREFIX = "/ng-"  # the one test every request pays
-_TRACE_HEADERS = (b"traceparent", b"tracestate")
+_TRACE_HEADERS = frozenset((b"traceparent", b"tracestate"))
 
 
 
@@ -136,8 +137,8 @@ def _is_json(headers: Any, limit: int) -> bool:
 class _Exchange:
     """One observed request/response: status, bounded body copies, when it ended."""
 
-    __slots__ = ("request", "response", "status", "end_ns", "on_request_complete", "marker",
-                 "recorded", "parent", "span")
+    __slots__ = ("request", "response", "status", "end_ns", "on_request_complete", "recorded",
+                 "parent", "span")
 
     def __init__(self, limit: int, copy_request: bool) -> None:
         self.request = _Body(limit) if copy_request else None
@@ -145,10 +146,50 @@ class _Exchange:
         self.status: int | None = None
         self.end_ns = 0
         self.on_request_complete: Callable[[], None] | None = None
-        self.marker: asyncio.TimerHandle | None = None
         self.recorded = False
         self.parent: Context | None = None  # the span's parent, read when the request arrived
         self.span: Span | None = None  # made once the operation ends, or is shown open
+
+
+class _OpenMarkers:
+    """When running control operations are shown open, on one event loop.
+
+    Every operation is due the same delay after its request body, so the earliest due is that
+    of the oldest operation still running: one loop timer, armed for it, serves them all. An
+    operation leaves the table when it ends (nearly all end long before they are due), which
+    costs less than arming and cancelling a timer for each request, and holds nothing of an
+    operation that has ended.
+    """
+
+    __slots__ = ("loop", "_delay", "_show", "_running", "_timer")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, delay: float,
+                 show: Callable[..., None]) -> None:
+        self.loop = loop
+        self._delay = delay
+        self._show = show
+        self._running: dict[_Exchange, tuple[float, tuple[Any, ...]]] = {}  # arrival order
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, exchange: _Exchange, operation: tuple[Any, ...]) -> None:
+        """``show(exchange, *operation)`` once due, unless ``discard``ed first."""
+        when = self.loop.time() + self._delay
+        self._running[exchange] = (when, operation)
+        if self._timer is None:
+            self._timer = self.loop.call_at(when, self._fire)
+
+    def discard(self, exchange: _Exchange) -> None:
+        self._running.pop(exchange, None)
+
+    def _fire(self) -> None:
+        self._timer = None
+        now = self.loop.time()
+        for exchange, (when, operation) in list(self._running.items()):
+            if when > now:  # the rest arrived later still
+                self._timer = self.loop.call_at(when, self._fire)
+                return
+            del self._running[exchange]
+            self._show(exchange, *operation)
 
 
 class GymCheckpointMiddleware:
@@ -166,6 +207,7 @@ class GymCheckpointMiddleware:
         self._learned: dict[str, Any] = {}  # kind/instance a reply told us about this server
         self._limit = max_body_bytes
         self._open_after_s = open_marker_after_s
+        self._markers: _OpenMarkers | None = None
         self._time_ns = time_ns
         self.failures = InstrumentFailures("Gym checkpoint middleware")
 
@@ -227,9 +269,9 @@ class GymCheckpointMiddleware:
             self._end_control(route, scope, exchange, start, raised)
 
     @staticmethod
-    def _route_attributes(route: ControlRoute, scope: Scope) -> dict[str, Any]:
+    def _route_attributes(route: ControlRoute, method: str) -> dict[str, Any]:
         return {Attr.CK_OPERATION: route.op, Attr.HTTP_ROUTE: route.path,
-                Attr.HTTP_METHOD: scope.get("method", "")}
+                Attr.HTTP_METHOD: method}
 
     def _identity(self, route: ControlRoute) -> dict[str, Any]:
         attrs: dict[str, Any] = {}
@@ -249,8 +291,12 @@ class GymCheckpointMiddleware:
         current = otel_context.get_current()
         if trace.get_current_span(current).get_span_context().is_valid:
             return current
-        carrier = {name.decode("latin-1"): value.decode("latin-1")
-                   for name, value in scope.get("headers", ()) if name in _TRACE_HEADERS}
+        carrier: dict[str, str] | None = None
+        for name, value in scope.get("headers", ()):
+            if name in _TRACE_HEADERS:
+                if carrier is None:
+                    carrier = {}
+                carrier[name.decode("latin-1")] = value.decode("latin-1")
         return propagate.extract(carrier) if carrier else current
 
     def _on_request(self, exchange: _Exchange, message: Message) -> None:
@@ -279,17 +325,20 @@ class GymCheckpointMiddleware:
                          start: int) -> None:
         """The request body is in: if the operation is still running OPEN_MARKER_AFTER_S from
         now (a prepare waiting for readiness), show it in the live views."""
-        exchange.marker = asyncio.get_running_loop().call_later(
-            self._open_after_s, self._mark_open, route, scope, exchange, start)
+        loop = asyncio.get_running_loop()
+        markers = self._markers
+        if markers is None or markers.loop is not loop:
+            # one queue per loop; one made for another loop keeps serving what it holds
+            markers = self._markers = _OpenMarkers(loop, self._open_after_s, self._mark_open)
+        markers.add(exchange, (route, scope.get("method", ""), start))
 
-    def _mark_open(self, route: ControlRoute, scope: Scope, exchange: _Exchange,
+    def _mark_open(self, exchange: _Exchange, route: ControlRoute, method: str,
                    start: int) -> None:
-        exchange.marker = None
-        if exchange.recorded:
+        if exchange.recorded:  # ended, though queued on another loop's table
             return
         try:
             body = exchange.request.json() if exchange.request is not None else None
-            attrs = self._route_attributes(route, scope)
+            attrs = self._route_attributes(route, method)
             attrs.update(self._identity(route))
             attrs.update(request_attributes(body))
             exchange.span = self._tracer.start_span(route.span_name, context=exchange.parent,
@@ -306,11 +355,13 @@ class GymCheckpointMiddleware:
         if exchange.recorded:
             return
         exchange.recorded = True
-        if exchange.marker is not None:
-            exchange.marker.cancel()
+        markers = self._markers
+        if markers is not None:
+            markers.discard(exchange)
         try:
             request = exchange.request.json() if exchange.request is not None else None
             reply = exchange.response.json() if exchange.response is not None else None
+            parent = exchange.parent
             attrs = request_attributes(request)
             if Attr.CHECKPOINT_ID not in attrs:  # first generation's GET status?checkpoint_id=
                 query_string = scope.get("query_string", b"")
@@ -336,8 +387,9 @@ class GymCheckpointMiddleware:
             span = exchange.span
             if span is None:
                 span = self._tracer.start_span(
-                    route.span_name, context=exchange.parent,
-                    attributes={**self._route_attributes(route, scope), **attrs},
+                    route.span_name, context=parent,
+                    attributes={**self._route_attributes(route, scope.get("method", "")),
+                                **attrs},
                     start_time=start)
             else:  # shown open while it ran
                 span.set_attributes(attrs)

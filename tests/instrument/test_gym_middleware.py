@@ -342,6 +342,42 @@ class TestTheSpanIsMadeWhenTheOperationEnds:
         assert (attrs[Attr.CK_PARTICIPANT_KIND], attrs[Attr.CK_INSTANCE]) == ("model", "policy-0")
         assert middleware.failures.count == 0
 
+    def test_among_many_quick_operations_only_those_still_running_are_shown_open(self, run):
+        app = FastAPI()
+        release = asyncio.Event()
+
+        @app.post(CK + "/prepare")
+        async def prepare(request: Request):
+            body = await request.json()
+            if body["checkpoint_id"].startswith("slow"):
+                await release.wait()
+            return {"phase": "prepared", "checkpoint_id": body["checkpoint_id"]}
+
+        middleware = GymCheckpointMiddleware(app, tracer=run.tracer, open_marker_after_s=0.05)
+
+        async def calls():
+            async with _asgi_client(middleware) as client:
+                def post(ck):
+                    return client.post(CK + "/prepare", json={"checkpoint_id": ck})
+
+                quick = [await post(f"quick-{i}") for i in range(20)]
+                slow = [asyncio.create_task(post(f"slow-{i}")) for i in range(2)]
+                quick += [await post(f"quick-{i}") for i in range(20, 40)]
+                for _ in range(400):  # until both markers are written, however busy
+                    await asyncio.sleep(0.025)
+                    live = await asyncio.to_thread(_ops, run)
+                    if live.is_open.sum() == 2:
+                        break
+                release.set()
+                return quick, await asyncio.gather(*slow), live
+
+        quick, slow, live = asyncio.run(calls())
+        assert all(r.status_code == 200 for r in quick + slow)
+        assert sorted(live[live.is_open].checkpoint_id) == ["slow-0", "slow-1"]
+        ended = _ops(run)
+        assert len(ended) == 42 and not ended.is_open.any() and set(ended.outcome) == {"ok"}
+        assert middleware.failures.count == 0
+
     def test_a_quick_operation_is_one_span_from_request_arrival_with_no_open_marker(self, run):
         app, release = self._waiting_prepare()
         release.set()
