@@ -138,6 +138,11 @@ def rollout_attributes(path: str) -> dict[str, Any] | None:
 # -- bodies ----------------------------------------------------------------------------------
 
 
+def _is_mapping(value: Any) -> bool:
+    # what a JSON body decodes to is a dict: that answer costs no ABC instance check
+    return type(value) is dict or isinstance(value, Mapping)
+
+
 def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -154,10 +159,10 @@ def _number(value: Any) -> float | None:
 
 def protocol_error(body: Any) -> tuple[str, str | None] | None:
     """``{"error": {"code", "detail"}}`` -> (code, detail), if the body is one."""
-    if not isinstance(body, Mapping):
+    if not _is_mapping(body):
         return None
     error = body.get("error")
-    if not isinstance(error, Mapping):
+    if not _is_mapping(error):
         return None
     code = _text(error.get("code"))
     if code is None:
@@ -168,26 +173,29 @@ def protocol_error(body: Any) -> tuple[str, str | None] | None:
 def request_attributes(body: Any) -> dict[str, Any]:
     """``CheckpointRequest`` and its kin: the id, the deadline, the scope
     (docs/domain/checkpoint-protocol.md#participants-and-phases)."""
-    if not isinstance(body, Mapping):
+    if not _is_mapping(body):
         return {}
     attrs: dict[str, Any] = {}
-    ck = _text(body.get("checkpoint_id"))
-    if ck is not None:
-        attrs[Attr.CHECKPOINT_ID] = ck
-    deadline = _number(body.get("deadline_ts"))
-    if deadline is not None:
-        attrs[Attr.CK_DEADLINE_TS] = deadline
+    if "checkpoint_id" in body:
+        ck = _text(body["checkpoint_id"])
+        if ck is not None:
+            attrs[Attr.CHECKPOINT_ID] = ck
+    if "deadline_ts" in body:
+        deadline = _number(body["deadline_ts"])
+        if deadline is not None:
+            attrs[Attr.CK_DEADLINE_TS] = deadline
     for key, attr in (("episode_ids", Attr.CK_EPISODES), ("rollout_ids", Attr.CK_ROLLOUTS)):
         value = body.get(key)
         if isinstance(value, list):
             attrs[attr] = len(value)
     # the first generation's abort_inflight / retire name one attempt
-    rollout = _text(body.get("rollout_id"))
-    attempt = _count(body.get("attempt_index"))
-    if rollout is not None:
-        attrs[Attr.EPISODE_ROLLOUT_ID] = rollout
-        if attempt is not None:
-            attrs[Attr.EPISODE_ATTEMPT] = attempt
+    if "rollout_id" in body:
+        rollout = _text(body["rollout_id"])
+        attempt = _count(body.get("attempt_index"))
+        if rollout is not None:
+            attrs[Attr.EPISODE_ROLLOUT_ID] = rollout
+            if attempt is not None:
+                attrs[Attr.EPISODE_ATTEMPT] = attempt
     return attrs
 
 
@@ -205,7 +213,7 @@ def capture_key(item: Any) -> str | None:
     """A blocker as a capture key: already one, or ``{rollout_id, attempt_index}``."""
     if isinstance(item, str):
         return item[:MAX_ID_CHARS] or None
-    if isinstance(item, Mapping):
+    if _is_mapping(item):
         rollout = _text(item.get("rollout_id"))
         attempt = _count(item.get("attempt_index", item.get("attempt")))
         if rollout is None:
@@ -228,7 +236,7 @@ def _blockers(attrs: dict[str, Any], items: Any, total: Any) -> None:
 
 def _counts(attrs: dict[str, Any], counts: Any) -> None:
     # most replies carry none of the counter keys at this level: one set test says so
-    if isinstance(counts, Mapping) and not counts.keys().isdisjoint(_COUNT_KEYS):
+    if _is_mapping(counts) and not counts.keys().isdisjoint(_COUNT_KEYS):
         for key, attr in _COUNT_KEYS.items():
             value = _count(counts.get(key))
             if value is not None:
@@ -263,7 +271,7 @@ def reply_attributes(body: Any) -> dict[str, Any]:
     ``{state, ready_to_commit, running, parked_*, completed_unacknowledged,
     blocking_attempts[]}`` at the top level.
     """
-    if not isinstance(body, Mapping):
+    if not _is_mapping(body):
         return {}
     attrs: dict[str, Any] = {}
     for key, attr, read in _REPLY_FIELDS:
@@ -272,7 +280,7 @@ def reply_attributes(body: Any) -> dict[str, Any]:
             if value is not None:
                 attrs[attr] = value
     report = body.get("report")
-    if isinstance(report, Mapping):
+    if _is_mapping(report):
         if isinstance(report.get("ready"), bool):
             attrs[Attr.CK_READY] = report["ready"]
         _blockers(attrs, report.get("blockers"), report.get("blocker_count"))
@@ -289,11 +297,11 @@ def acknowledged_receipts(body: Any) -> list[dict[str, Any]]:
     """``{"schema_version": 1, "executions": [AgentCompletionReceipt...]}`` -> one attribute
     set per receipt, for ``gym.agent.acknowledged`` events
     (docs/domain/checkpoint-protocol.md#the-first-generation)."""
-    if not isinstance(body, Mapping) or not isinstance(body.get("executions"), list):
+    if not _is_mapping(body) or not isinstance(body.get("executions"), list):
         return []
     receipts = []
     for receipt in body["executions"]:
-        key = capture_key(receipt) if isinstance(receipt, Mapping) else None
+        key = capture_key(receipt) if _is_mapping(receipt) else None
         if key is None:
             continue
         attempt = _count(receipt.get("attempt_index")) or 0

@@ -87,6 +87,7 @@ _TRACE_HEADERS = frozenset((b"traceparent", b"tracestate"))
 
 
 ACK_EVENTS_PER_SPAN = 128  # the OTel SDK default OTEL_SPAN_EVENT_COUNT_LIMIT
+_OK, _ERROR = OpOutcome.OK.value, OpOutcome.ERROR.value  # an enum's .value is a descriptor call
 
 class _Body:
     """A bounded copy of one body; gives up (and frees the copy) past the cap."""
@@ -375,7 +376,7 @@ class GymCheckpointMiddleware:
             attrs.update(self._identity(route))
             status = exchange.status
             ok = raised is None and status is not None and 200 <= status < 300
-            attrs[Attr.CK_OUTCOME] = (OpOutcome.OK if ok else OpOutcome.ERROR).value
+            attrs[Attr.CK_OUTCOME] = _OK if ok else _ERROR
             if status is not None:
                 attrs[Attr.HTTP_STATUS] = status
             end = exchange.end_ns or self._time_ns()
