@@ -7,8 +7,10 @@ them once, however many points it has). Each point replays the scenario into its
 and reads its outcome counts and incidents back.
 
 The two executors alternate, ``--rounds`` times each in the same run; the figures are the
-medians, and the load average is printed before and after (a busy machine moves every figure;
-the ratio is what to read).
+medians, and the load average is printed before and after. Read the ratio on an otherwise idle
+machine: where the kernel groups CPU time by session (Linux autogroup, on by default in Debian's
+kernels), the driver and both Ray workers share one session's share, so while other sessions
+keep the cores busy two workers get little more CPU than one process, whatever the executor.
 
     .venv/bin/python benchmarks/bench_sweep.py [--rounds 3]
 """
