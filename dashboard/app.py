@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import panel as pn
 
 from rolloutscope.store import RunStore
+from rolloutscope.dashboard.auth import TokenAuthProvider
 from rolloutscope.dashboard.datastore import DataStore
 from rolloutscope.dashboard.defaults import DEFAULT_ADDRESS, DEFAULT_PORT
 from rolloutscope.dashboard.views import (
@@ -32,12 +33,14 @@ from rolloutscope.dashboard.views import (
     Rollouts,
     Timeline,
 )
+from rolloutscope.dashboard.trace_view import Traces
 from rolloutscope.dashboard.replay_view import Replay
 
 log = logging.getLogger(__name__)
 
 REFRESH_MS = 1500  # live refresh period: inside the 1-2 s the views promise
-TAB_NAMES = ("Overview", "Timeline", "Checkpoints", "Fleet", "Rollouts", "Incident", "Replay")
+TAB_NAMES = ("Overview", "Timeline", "Checkpoints", "Fleet", "Rollouts", "Traces", "Incident",
+             "Replay")
 
 
 @dataclass
@@ -50,6 +53,7 @@ class Dashboard:
     checkpoints: Checkpoints
     fleet: Fleet
     rollouts: Rollouts
+    traces: Traces
     incident: IncidentDetail
 
     replay: Replay | None = None
@@ -57,22 +61,33 @@ class Dashboard:
     @classmethod
     def over(cls, data: DataStore) -> Dashboard:
         return cls(data, Overview(data), Timeline(data), Checkpoints(data), Fleet(data),
-                   Rollouts(data), IncidentDetail(data), Replay(data))
+                   Rollouts(data), Traces(data, shown=False), IncidentDetail(data),
+                   Replay(data))
 
     def views(self) -> list:
         """The views in tab order (``TAB_NAMES``)."""
         out = [self.overview, self.timeline, self.checkpoints, self.fleet, self.rollouts,
-               self.incident]
+               self.traces, self.incident]
         return out + ([self.replay] if self.replay is not None else [])
 
 
 def _status_bar(data: DataStore) -> pn.Row:
-    title = pn.pane.HTML(
-        f"<b style='font-size:15px'>rolloutscope</b> <span class='rs-note'>run "
-        f"{html.escape(str(data.run_id))}</span>", stylesheets=[CSS])
+    def title_text(*_) -> str:
+        run = (f"run {html.escape(str(data.run_id))}" if data.run_id is not None else
+               "waiting for the first span" if data.live else "no run in this store")
+        return (f"<b style='font-size:15px'>rolloutscope</b> <span class='rs-note'>{run}"
+                f"</span>")
+
+    title = pn.pane.HTML(title_text(), stylesheets=[CSS])
+    data.param.watch(lambda *_: setattr(title, "object", title_text()), "run_id")
     items: list = [title, pn.HSpacer()]
-    if len(data.param.run_id.objects) > 1:
-        items.insert(1, pn.widgets.Select.from_param(data.param.run_id, label="run", width=240))
+    if len(data.param.run_id.objects) > 1 or data.live:
+        picker = pn.widgets.Select.from_param(data.param.run_id, label="run", width=240,
+                                              visible=len(data.param.run_id.objects) > 1)
+        # a live collector's second run shows the picker
+        data.param.watch(lambda e: setattr(picker, "visible", len(e.new) > 1),
+                         "run_id", what="objects")
+        items.insert(1, picker)
     if data.live:
         pause = pn.widgets.Toggle.from_param(data.param.paused, label="Pause refresh", width=130)
         timing = pn.pane.HTML(stylesheets=[CSS])
@@ -88,9 +103,10 @@ def _status_bar(data: DataStore) -> pn.Row:
 
 
 def build_app(store: RunStore, *, live: bool, run_id: str | None = None,
-              refresh_ms: int = REFRESH_MS) -> pn.Column:
-    """The whole dashboard over ``store`` for one session (a served page or a notebook cell)."""
-    data = DataStore(store, run_id=run_id, live=live)
+              refresh_ms: int = REFRESH_MS, waiting_for: str | None = None) -> pn.Column:
+    """The whole dashboard over ``store`` for one session (a served page or a notebook cell).
+    ``waiting_for`` names where a live collector listens, for the page before its first span."""
+    data = DataStore(store, run_id=run_id, live=live, waiting_for=waiting_for)
     dash = Dashboard.over(data)
     views = dash.views()
     tabs = pn.Tabs(*zip(TAB_NAMES, views), dynamic=True, sizing_mode="stretch_width")
@@ -107,6 +123,13 @@ def build_app(store: RunStore, *, live: bool, run_id: str | None = None,
             tabs.active = 1
 
     data.param.watch(follow_selection, "incident")
+    traces_tab = TAB_NAMES.index("Traces")
+
+    def follow_trace(event):  # picking a rollout elsewhere opens its trace
+        if event.new and tabs.active != traces_tab:
+            tabs.active = traces_tab
+
+    data.param.watch(follow_trace, "trace_id")
     app = pn.Column(_status_bar(data), tabs, sizing_mode="stretch_width")
     app.dashboard = dash  # for notebooks and tests: the views and their DataStore
     if live:
@@ -174,19 +197,23 @@ def _wait_listening(address: str, port: int, timeout_s: float) -> None:
 
 def start_dashboard(store: RunStore, *, port: int = 0, address: str = DEFAULT_ADDRESS,
                     live: bool, run_id: str | None = None, show: bool = False,
-                    refresh_ms: int = REFRESH_MS, ready_timeout_s: float = 30.0
-                    ) -> DashboardServer:
+                    refresh_ms: int = REFRESH_MS, ready_timeout_s: float = 30.0,
+                    waiting_for: str | None = None,
+                    token: str | None = None) -> DashboardServer:
     """Serve the dashboard from a background thread and return once it accepts connections.
 
-    For the collector process (live) and for tests; ``port=0`` picks a free port.
+    For the collector process (live) and for tests; ``port=0`` picks a free port. With
+    ``token``, every page and websocket needs it (``dashboard.auth``).
     """
     if port:
         _require_free(address, port)
     port = port or free_port(address)
-    thread = pn.serve(_factory(store, live=live, run_id=run_id, refresh_ms=refresh_ms),
+    extra = {"auth_provider": TokenAuthProvider(token)} if token else {}
+    thread = pn.serve(_factory(store, live=live, run_id=run_id, refresh_ms=refresh_ms,
+                               waiting_for=waiting_for),
                       port=port, address=address, show=show, threaded=True,
                       allow_websocket_origin=websocket_origins(address, port),
-                      title="rolloutscope", verbose=False)
+                      title="rolloutscope", verbose=False, **extra)
     _wait_listening(address, port, ready_timeout_s)
     host = f"[{address}]" if ":" in address else address
     return DashboardServer(url=f"http://{host}:{port}/", port=port, address=address,
@@ -218,7 +245,41 @@ def serve_dashboard(store: RunStore, *, port: int = DEFAULT_PORT,
         server.stop()
 
 
-def _factory(store: RunStore, *, live: bool, run_id: str | None, refresh_ms: int):
+def _factory(store: RunStore, *, live: bool, run_id: str | None, refresh_ms: int,
+             waiting_for: str | None = None):
     def app():
-        return build_app(store, live=live, run_id=run_id, refresh_ms=refresh_ms)
+        _quiet_closed_sockets()
+        return build_app(store, live=live, run_id=run_id, refresh_ms=refresh_ms,
+                         waiting_for=waiting_for)
     return app
+
+
+_CLOSED = ("WebSocketClosedError", "StreamClosedError")
+
+
+def _quiet_closed_sockets() -> None:
+    """A browser that leaves while a live tick's update is on its way is not an error: Bokeh's
+    server writes to the socket from a task nobody awaits, and asyncio would log the closed
+    socket as a traceback. Everything else still reaches the loop's usual handler."""
+    import asyncio
+
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    if getattr(loop, "_rolloutscope_quiet", False):
+        return
+    previous = loop.get_exception_handler()
+
+    def handler(loop, context):
+        exc = context.get("exception")
+        if exc is not None and type(exc).__name__ in _CLOSED:
+            log.debug("a dashboard session closed during an update: %s", exc)
+            return
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
+    loop._rolloutscope_quiet = True

@@ -20,7 +20,12 @@ whose frames changed.
 
 A view that a store file predates (``incidents`` and ``run_thresholds`` arrived after the first
 files were written, ``serving_samples`` is proposed) reads as an empty frame with its columns;
-once the file has it, it is used.
+once the file has it, it is used. Every frame has its view's columns (read from the store before
+any row is), whether the store holds no run yet, a run with no rows in that view, or none at all:
+readers never meet a frame without the columns they draw.
+
+A store with no run yet (a collector before its first span) is a state, not an error:
+``state()`` says which, and in live mode each tick looks for the first run until one arrives.
 """
 
 from __future__ import annotations
@@ -57,7 +62,14 @@ class ViewSpec:
     times: tuple[str, ...]  # (start, end) columns for the incremental filter; () = whole view
     columns: tuple[str, ...] = ()  # for an absent optional view: the frame's columns
     optional: bool = False
+    # read only for a run with Gym rollout rows: in an RL run every Gym rollout is a row of an
+    # RL try, and a large run's Gym detail (a model call per turn) is millions of rows
+    gym_only: bool = False
+    rarely: bool = False  # a whole view read on full reloads only (what the run holds)
+    cap: int | None = None  # at most this many rows, the latest
 
+
+MAX_DETAIL_ROWS = 20_000  # Gym rollouts / model calls a dashboard holds (the latest)
 
 INCIDENT_COLUMNS = ("run_id", "incident_id", "kind", "severity", "start_ns", "end_ns",
                     "subject", "summary", "evidence", "caused_by")
@@ -65,11 +77,18 @@ INCIDENT_COLUMNS = ("run_id", "incident_id", "kind", "severity", "start_ns", "en
 VIEWS: dict[str, ViewSpec] = {v.name: v for v in (
     ViewSpec("checkpoint_windows", ("checkpoint_id",), ("start_ns", "end_ns")),
     ViewSpec("checkpoint_ops", ("span_id",), ("start_ns", "end_ns")),
+    ViewSpec("checkpoint_steps", ("span_id",), ("start_ns", "end_ns"), optional=True),
     ViewSpec("shard_states", ("span_id",), ("start_ns", "end_ns")),
     ViewSpec("rollout_attempts", ("span_id",), ("start_ns", "end_ns")),
     ViewSpec("deadlines", ("deadline_id",), ("start_ns", "end_ns")),
     ViewSpec("parked_intervals", ("span_id",), ("start_ns", "end_ns")),
     ViewSpec("completions", ("rollout_id", "attempt"), ("completed_ns", "ack_ns")),
+    # released Gym's own rollouts and every model call (Gym's or any OTel client's): whole
+    # views (their per-rollout sums cannot be read incrementally), off the tick
+    ViewSpec("gym_rollouts", ("span_id",), (), optional=True, gym_only=True,
+             cap=MAX_DETAIL_ROWS),
+    ViewSpec("model_calls", ("span_id",), (), optional=True, gym_only=True,
+             cap=MAX_DETAIL_ROWS),
     ViewSpec("incidents", ("incident_id",), (), INCIDENT_COLUMNS, optional=True),
     ViewSpec("run_thresholds", ("run_id",), (),
              ("run_id", "start_ns", "end_ns", "rollout_timeout_s", "prepare_timeout_s",
@@ -79,7 +98,16 @@ VIEWS: dict[str, ViewSpec] = {v.name: v for v in (
     # router/serving_backends against gen_fleet/serving_shards at each watchdog tick
     ViewSpec("serving_samples", ("ts_ns",), ("ts_ns", "ts_ns"),
              ("run_id", "ts_ns", "router_serving", "fleet_serving"), optional=True),
+    # what the run holds, whatever its vocabulary: read whole, like the incidents
+    ViewSpec("span_catalog", ("service", "name", "kind"), (), optional=True, rarely=True),
+    ViewSpec("services", ("service", "pid"), (), optional=True, rarely=True),
+    ViewSpec("gym_metrics", ("service", "name", "attributes"), (), optional=True, rarely=True),
 )}
+# the frames that say something about the run's model (the rest describe what it holds)
+MODEL_FRAMES = ("checkpoint_windows", "checkpoint_ops", "shard_states", "rollout_attempts",
+                "deadlines", "parked_intervals", "completions", "gym_rollouts", "model_calls",
+                "incidents")
+TRACE_SPAN_CAP = 1000  # spans one trace view draws at most (it says when it drew fewer)
 
 ROLLOUT_FILTERS = {
     "in incidents": "rollouts named by an incident's evidence or subject",
@@ -89,6 +117,7 @@ ROLLOUT_FILTERS = {
     "parked": "rollouts parked by a snapshot",
     "open": "rollouts with a try still running",
 }
+OUTCOMES = ["open", "committed", "finished", "failed", "cancelled"]
 FAILURE_CLASSES = ["any", "infra", "data"]
 MAX_ROLLOUT_LANES = 120
 
@@ -104,9 +133,9 @@ class DataStore(param.Parameterized):
     incident = param.String(default=None, allow_None=True, doc="selected incident_id")
     rollout_filter = param.Selector(default="in incidents", objects=list(ROLLOUT_FILTERS))
     failure_class = param.Selector(default="any", objects=FAILURE_CLASSES)
-    outcomes = param.ListSelector(default=[], objects=["open", "committed", "failed",
-                                                       "cancelled"],
+    outcomes = param.ListSelector(default=[], objects=OUTCOMES,
                                   doc="attempt outcomes to list (empty: all)")
+    trace_id = param.String(default=None, allow_None=True, doc="the trace the Traces tab shows")
     time_range = param.Range(default=None, allow_None=True,
                              doc="seconds since run start the user is looking at")
     live = param.Boolean(default=False, constant=True)
@@ -116,13 +145,16 @@ class DataStore(param.Parameterized):
     last_refresh_by_view: dict[str, float]
 
     def __init__(self, store: RunStore, *, run_id: str | None = None, live: bool = False,
-                 **params) -> None:
+                 waiting_for: str | None = None, **params) -> None:
         super().__init__(live=live, **params)
         self.store = store
-        self.frames: dict[str, pd.DataFrame] = {name: _empty(spec) for name, spec in
-                                                VIEWS.items()}
-        self.problems: list[str] = []
+        # where a live collector listens, for the page shown before its first span
+        self.waiting_for = waiting_for
         self._present: dict[str, bool] = {}
+        self._columns = {name: self._typed_empty(spec) for name, spec in VIEWS.items()}
+        self.frames: dict[str, pd.DataFrame] = {name: frame.copy() for name, frame in
+                                                self._columns.items()}
+        self.problems: list[str] = []
         self._ticks = 0
         self._watermark: int | None = None
         self._grown = False  # the run grew since incidents were last read
@@ -135,7 +167,43 @@ class DataStore(param.Parameterized):
         self.param.run_id.objects = runs
         self.run_id = run_id or (runs[-1] if runs else None)
         self.refresh(full=True)
+        self._default_filter()
         self.param.watch(self._on_run, "run_id")
+
+    def _typed_empty(self, spec: ViewSpec) -> pd.DataFrame:
+        """The view's frame with no rows: its columns and types, from the store itself."""
+        if not spec.optional or self._view_present(spec.name):
+            try:
+                return self.store.query_df(f"SELECT * FROM {spec.name} LIMIT 0")  # from VIEWS
+            except StoreError as exc:
+                if not spec.optional:
+                    raise
+                log.warning("view %s unreadable: %s", spec.name, exc)
+        return _empty(spec)
+
+    def _default_filter(self) -> None:
+        """A run with no incident lists every rollout: the default filter would list none."""
+        if not len(self.frames["incidents"]) and self.rollout_filter == "in incidents":
+            self.rollout_filter = "all"
+
+    def state(self) -> str:
+        """``no_runs`` (nothing in the store yet), ``no_rows`` (a run, but no model-view row:
+        only spans the views do not read) or ``ok``."""
+        if self.run_id is None:
+            return "no_runs"
+        if not any(len(self.frames[name]) for name in MODEL_FRAMES):
+            return "no_rows"
+        return "ok"
+
+    def _look_for_runs(self) -> bool:
+        """Live, before the first span: pick up the first run once it exists."""
+        runs = self.store.run_ids()
+        if not runs:
+            return False
+        self.param.run_id.objects = runs
+        self.run_id = runs[-1]  # its watcher reads the run in full
+        self._default_filter()
+        return True
 
     # -- reading -----------------------------------------------------------------------------
     def _view_present(self, name: str) -> bool:
@@ -147,12 +215,16 @@ class DataStore(param.Parameterized):
     def _read(self, spec: ViewSpec, since: int | None) -> pd.DataFrame | None:
         if spec.optional and not self._view_present(spec.name):
             return None
+        if spec.gym_only and "gym" not in self.dialects():
+            return None
         sql = f"SELECT * FROM {spec.name} WHERE run_id = ?"  # name from VIEWS, not from input
         params: list = [self.run_id]
         if since is not None and spec.times:
             start, end = spec.times
             sql += f" AND ({end} IS NULL OR {end} >= ? OR {start} >= ?)"
             params += [since, since]
+        if spec.cap is not None:
+            sql += f" ORDER BY start_ns DESC LIMIT {int(spec.cap)}"
         try:
             return self.store.query_df(sql, params)
         except StoreError as exc:
@@ -165,7 +237,7 @@ class DataStore(param.Parameterized):
     def refresh(self, *, full: bool = False) -> bool:
         """Read what changed since the last refresh; True if any frame changed."""
         if self.run_id is None:
-            return False
+            return self.live and self._look_for_runs()
         t = time.perf_counter()
         self._ticks += 1
         full = full or self._watermark is None or self._ticks % FULL_RELOAD_EVERY == 0
@@ -215,6 +287,10 @@ class DataStore(param.Parameterized):
         if full:
             self.config = self.store.run_config(self.run_id)
             self._run_moved()  # what a full read covered: the next look compares against it
+            if self.live:  # runs that started since: the run picker offers them
+                runs = self.store.run_ids()
+                if runs != list(self.param.run_id.objects):
+                    self.param.run_id.objects = runs
         self._watermark = self.last_seen_ns()
         self.last_refresh_ms = (time.perf_counter() - t) * 1e3
         if changed or full:
@@ -225,7 +301,7 @@ class DataStore(param.Parameterized):
         if self._whole is not None and not self._whole.done():
             return  # the previous read is still running: its result is as fresh
         run_id = self.run_id
-        specs = [spec for spec in VIEWS.values() if not spec.times]
+        specs = [spec for spec in VIEWS.values() if not spec.times and not spec.rarely]
 
         def read() -> tuple[str | None, dict[str, tuple[pd.DataFrame | None, float]]]:
             out = {}
@@ -275,6 +351,7 @@ class DataStore(param.Parameterized):
 
     def _on_run(self, event) -> None:
         self.incident = None
+        self.trace_id = None
         self.time_range = None
         self._watermark = None
         self._ticks = 0
@@ -388,11 +465,19 @@ class DataStore(param.Parameterized):
         att, parked = self.frames["rollout_attempts"], self.frames["parked_intervals"]
         win, shards = self.frames["checkpoint_windows"], self.frames["shard_states"]
         current = shards[shards.end_ns.isna()] if len(shards) else shards
+        calls = self.frames["model_calls"]
         return {
             "committed": int((att.outcome == "committed").sum()),
+            "finished": int((att.outcome == "finished").sum()),
+            "gym_rollouts": len(self.frames["gym_rollouts"]),
+            "model_calls": len(calls),
+            "model_call_errors": int((calls.outcome == "error").sum()) if len(calls) else 0,
             "in_flight": int((att.outcome == "open").sum()),
             "parked": int(parked.end_ns.isna().sum()) if len(parked) else 0,
-            "redispatches": int((att.attempt.fillna(0) > 0).sum()) if len(att) else 0,
+            # RL tries after a prompt group's first; a Gym rollout's later attempts (rid-aN)
+            # are restores or its caller's choice, not re-dispatches
+            "redispatches": int(((att.attempt.fillna(0) > 0) & (att.dialect == "rl")).sum())
+            if len(att) else 0,
             "failed_tries": int(att.outcome.isin(["failed", "cancelled"]).sum()),
             "snapshots_ok": int((win.outcome == "committed").sum()),
             "snapshots_failed": int(win.outcome.isin(["failed", "aborted"]).sum()),
@@ -403,12 +488,74 @@ class DataStore(param.Parameterized):
             "incidents": len(self.frames["incidents"]),
         }
 
+    def unnamed_spans(self) -> int:
+        """Spans of a file that carry no run id (written before the store filed them under its
+        default run): no view shows them."""
+        return int(self.store.query("SELECT count(*) FROM all_spans WHERE run_id IS NULL")[0][0])
+
+    def dialects(self) -> set[str]:
+        """Whose rollout rows the run has: 'rl', 'gym', both or neither."""
+        att = self.frames["rollout_attempts"]
+        return set(att.dialect.dropna().astype(str)) if "dialect" in att else set()
+
+    # -- traces: read on demand, for the Traces tab only ----------------------------------
+    def trace_choices(self, limit: int = 500) -> pd.DataFrame:
+        """Traces to pick from, newest first: every rollout's (from the rollout views), then
+        the run's other trace roots, at most ``limit`` of those."""
+        if self.run_id is None:
+            return pd.DataFrame(columns=["trace_id", "label", "start_ns"])
+        att = self.frames["rollout_attempts"]
+        rows = []
+        if len(att) and "trace_id" in att:
+            for r in att.dropna(subset=["trace_id"]).itertuples(index=False):
+                who = r.capture_key if r.dialect == "gym" and isinstance(r.capture_key, str) \
+                    else f"{r.rollout_id} try {_fmt_int(r.attempt)}"
+                rows.append((r.trace_id, f"rollout {who} ({r.outcome}, "
+                             f"{_fmt_s(r.duration_s)})", r.start_ns))
+        seen = {t for t, _, _ in rows}
+        roots = self.store.query_df(
+            "SELECT trace_id, name, service, start_ns, duration_s, status_code, rollout_id "
+            "FROM trace_roots WHERE run_id = ? ORDER BY start_ns DESC LIMIT ?",
+            [self.run_id, limit])
+        for r in roots.itertuples(index=False):
+            if r.trace_id in seen:
+                continue
+            seen.add(r.trace_id)
+            err = ", error" if r.status_code == "ERROR" else ""
+            rows.append((r.trace_id, f"{r.name} on {r.service} ({_fmt_s(r.duration_s)}{err})",
+                         r.start_ns))
+        out = pd.DataFrame(rows, columns=["trace_id", "label", "start_ns"])
+        return out.sort_values("start_ns", ascending=False, ignore_index=True)
+
+    def trace_spans(self, trace_id: str, cap: int = TRACE_SPAN_CAP) -> tuple[pd.DataFrame, int]:
+        """The spans of one trace of this run (at most ``cap``, earliest first), and how many
+        it has."""
+        total = self.store.query("SELECT count(*) FROM all_spans WHERE run_id = ? AND "
+                                 "trace_id = ?", [self.run_id, trace_id])[0][0]
+        spans = self.store.query_df(
+            "SELECT span_id, parent_span_id, name, kind, service, start_ns, end_ns, "
+            "status_code, status_message, attributes, is_open FROM all_spans "
+            "WHERE run_id = ? AND trace_id = ? ORDER BY start_ns, span_id LIMIT ?",
+            [self.run_id, trace_id, cap])
+        return spans, int(total)
+
     def thresholds(self) -> dict[str, object]:
         th = self.frames["run_thresholds"]
         if len(th):
-            row = th.iloc[0].drop(labels=["run_id", "start_ns", "end_ns"], errors="ignore")
+            row = th.iloc[0].drop(labels=["run_id", "start_ns", "end_ns", "origin_ns"],
+                                  errors="ignore")
             return {k: v for k, v in row.items() if pd.notna(v)}
         return {}
+
+
+def _fmt_s(seconds) -> str:
+    if seconds is None or pd.isna(seconds):
+        return "open"
+    return f"{seconds * 1e3:,.1f} ms" if seconds < 1 else f"{seconds:,.2f} s"
+
+
+def _fmt_int(v) -> str:
+    return "-" if v is None or pd.isna(v) else str(int(v))
 
 
 def _listish(v) -> list:

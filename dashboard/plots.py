@@ -63,6 +63,34 @@ def duration_distribution(ops: pd.DataFrame) -> hv.Overlay:
                                             title="operation durations by phase"))
 
 
+BACKEND_COLUMNS = ["backend", "calls", "errors", "rate-limited tries", "statuses",
+                   "median (ms)", "max (ms)", "first (s)", "last (s)", "servers"]
+
+
+def backend_summary(calls: pd.DataFrame, t0_ns: int) -> pd.DataFrame:
+    """Per model backend (scheme://host:port) the model calls reached: how many, how many
+    failed or were rate-limited, the statuses seen, latency, when, and from which servers."""
+    c = calls[calls.backend.notna()] if len(calls) else calls
+    if not len(c):
+        return pd.DataFrame(columns=BACKEND_COLUMNS)
+    rows = []
+    for backend, g in c.groupby("backend", sort=True):
+        latency = pd.to_numeric(g.backend_s.fillna(g.duration_s), errors="coerce") * 1e3
+        statuses = g.http_status.dropna().astype(int).value_counts().sort_index()
+        rows.append({
+            "backend": str(backend), "calls": len(g),
+            "errors": int((g.outcome == "error").sum()),
+            "rate-limited tries": int(pd.to_numeric(g.rate_limited).fillna(0).sum()),
+            "statuses": ", ".join(f"{k}×{v}" for k, v in statuses.items()),
+            "median (ms)": round(float(latency.median()), 2) if latency.notna().any() else None,
+            "max (ms)": round(float(latency.max()), 2) if latency.notna().any() else None,
+            "first (s)": round((int(g.start_ns.min()) - t0_ns) / S, 3),
+            "last (s)": round((int(g.start_ns.max()) - t0_ns) / S, 3),
+            "servers": ", ".join(sorted(set(g.server_name.dropna().astype(str))
+                                        or set(g.service.dropna().astype(str))))})
+    return pd.DataFrame(rows, columns=BACKEND_COLUMNS)
+
+
 def transitions_table(shards: pd.DataFrame, t0_ns: int) -> pd.DataFrame:
     """Fleet transitions: one row per shard state stay, in time order, with its trigger."""
     s = shards.sort_values(["start_ns", "shard_idx"])

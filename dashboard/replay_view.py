@@ -81,7 +81,11 @@ class Replay(View):
     # -- reading ---------------------------------------------------------------------------
     def _load(self) -> None:
         d = self.data
-        if d.run_id is None or self.after_run is None:
+        if d.run_id is None:
+            self._note.object = ("<span class='rs-note'>No run in this store yet, so no replay "
+                                 "to compare.</span>")
+            return
+        if self.after_run is None:
             self._note.object = ("<span class='rs-note'>No replay to compare with: this file "
                                  "holds one run. Write one into it with <code>rolloutscope "
                                  "replay RUN.duckdb --variant V --out RUN.duckdb</code>.</span>")

@@ -20,7 +20,7 @@ INCIDENT_SPAN = "#f2c14e"
 
 # checkpoint operation / window outcomes
 OUTCOME_COLORS: dict[str, str] = {
-    "ok": OK, "committed": OK, "completed": OK, "published": OK,
+    "ok": OK, "committed": OK, "completed": OK, "published": OK, "finished": OK,
     "error": ERROR, "failed": ERROR, "fired": ERROR, "raised": ERROR,
     "aborted": WARN, "cancelled": WARN, "skipped": WARN,
     "open": OPEN,

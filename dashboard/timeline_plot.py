@@ -95,6 +95,14 @@ def rollout_label(rollout_id: object, attempt: object = None) -> str:
     return f"{rollout_id} try {int(attempt)}"
 
 
+def attempt_label(r) -> str:
+    """An attempt's lane: a Gym rollout attempt by the id Gym gave it (``0-0-a1``), an RL try
+    as ``<rollout> try <n>``."""
+    if getattr(r, "dialect", None) == "gym" and isinstance(getattr(r, "capture_key", None), str):
+        return r.capture_key
+    return rollout_label(r.rollout_id, r.attempt)
+
+
 def lanes_for(frames: TimelineFrames) -> Lanes:
     labels: list[str] = ["checkpoint windows"]
     ops = frames.checkpoint_ops
@@ -109,13 +117,14 @@ def lanes_for(frames: TimelineFrames) -> Lanes:
     if len(frames.shard_states):
         labels += [shard_label(i) for i in sorted(frames.shard_states.shard_idx.dropna().unique())]
     order = {str(r): i for i, r in enumerate(frames.rollout_ids)}
-    tries = pd.concat([df[["rollout_id", "attempt"]] for df in (
+    cols = ["rollout_id", "attempt", "dialect", "capture_key"]
+    tries = pd.concat([df.reindex(columns=cols) for df in (
         frames.rollout_attempts, frames.parked_intervals, frames.deadlines, frames.completions)
-        if len(df)] or [pd.DataFrame({"rollout_id": [], "attempt": []})]).drop_duplicates()
+        if len(df)] or [pd.DataFrame({c: [] for c in cols})]).drop_duplicates()
     tries = tries[tries.rollout_id.astype(str).isin(order)]
     tries = tries.assign(_o=tries.rollout_id.astype(str).map(order),
                          _a=tries.attempt.fillna(-1)).sort_values(["_o", "_a"])
-    labels += [rollout_label(r, a) for r, a in zip(tries.rollout_id, tries.attempt)]
+    labels += [attempt_label(r) for r in tries.itertuples(index=False)]
     return Lanes(tuple(dict.fromkeys(labels)))
 
 
@@ -170,12 +179,14 @@ def interval_rects(frames: TimelineFrames, lanes: Lanes, t0_ns: int,
         lambda r: f"trigger {r.trigger or '-'}, epoch {_int(r.membership_epoch)}"
                   + (f", error {r.last_error}" if _present(r.last_error) else ""))
     att = frames.rollout_attempts
-    add(att, lambda r: rollout_label(r.rollout_id, r.attempt),
-        lambda r: style.ROLLOUT_RUNNING if r.outcome in ("open", "committed")
+    add(att, attempt_label,
+        lambda r: style.ROLLOUT_RUNNING if r.outcome in ("open", "committed", "finished")
         else style.outcome_color(r.outcome),
-        lambda r: f"try {_int(r.attempt)} {r.outcome}",
+        lambda r: (f"Gym rollout {r.capture_key} {r.outcome}"
+                   if getattr(r, "dialect", None) == "gym"
+                   else f"try {_int(r.attempt)} {r.outcome}"),
         lambda r: (f"{r.failure_class}: {r.failure_reason}" if _present(r.failure_class)
-                   else f"group {r.group_id}"))
+                   else f"group {r.group_id}" if _present(r.group_id) else ""))
     n_before = len(parts)
     add(frames.parked_intervals, lambda r: rollout_label(r.rollout_id, r.attempt),
         lambda r: style.PARKED, lambda r: f"try {_int(r.attempt)} parked",

@@ -26,9 +26,9 @@ import pandas as pd
 import panel as pn
 import param
 
-from rolloutscope.dashboard import plots, style
+from rolloutscope.dashboard import plots, style, tables
 from rolloutscope.dashboard import timeline_plot as tl
-from rolloutscope.dashboard.datastore import DataStore
+from rolloutscope.dashboard.datastore import MAX_DETAIL_ROWS, DataStore
 from rolloutscope.dashboard.story import incident_story, story_html
 
 # load the Bokeh backend (and its option names) without notebook side effects
@@ -56,7 +56,8 @@ CSS = """
 .rs-muted {color: #5d6d7e}
 """
 
-TEXT_COLUMNS_WIDE = {"summary", "error", "failure_reason", "detail", "subject"}
+TEXT_COLUMNS_WIDE = {"summary", "error", "failure_reason", "detail", "subject",
+                     "span attributes"}
 
 
 def text_table(df: pd.DataFrame, **kw) -> pn.widgets.Tabulator:
@@ -72,6 +73,47 @@ def text_table(df: pd.DataFrame, **kw) -> pn.widgets.Tabulator:
 
 def _utc(ns: int) -> str:
     return datetime.fromtimestamp(ns / S, tz=UTC).strftime("%Y-%m-%d %H:%M:%S") + "Z"
+
+
+def holdings(data: DataStore) -> str:
+    """One sentence on what the run holds, from its span catalogue."""
+    cat = data.frames["span_catalog"]
+    if not len(cat):
+        return "it holds no spans yet"
+    spans, names = int(cat.spans.sum()), cat.name.nunique()
+    services = cat.service.nunique()
+    by = cat.groupby("dialect").spans.sum()
+    parts = [f"{int(by[d]):,} {label}" for d, label in (
+        ("gym", "released Gym spans (gym.*)"), ("rl", "rolloutscope RL-side spans"),
+        ("otel", "other OTel spans (HTTP server / client, SDKs)")) if d in by]
+    return (f"it holds {spans:,} spans of {names} names from {services} process"
+            f"{'es' if services != 1 else ''}: " + ", ".join(parts))
+
+
+def empty_note(data: DataStore, missing: str, hint: str) -> pn.pane.HTML:
+    """What a tab shows when its views have no row for this run: what is missing, what the
+    run holds instead, and where to look."""
+    if data.state() == "no_runs":
+        return pn.pane.HTML(f"<div class='rs-note'>{html.escape(waiting_text(data))}</div>",
+                            stylesheets=[CSS])
+    text = (f"No {missing} in this run; {holdings(data)}. {hint} The Traces tab shows every "
+            f"span of any trace.")
+    return pn.pane.HTML(f"<div class='rs-note rs-empty'>{html.escape(text)}</div>",
+                        stylesheets=[CSS], sizing_mode="stretch_width")
+
+
+def waiting_text(data: DataStore) -> str:
+    if data.live:
+        where = f" on {data.waiting_for}" if data.waiting_for else ""
+        return (f"Waiting for the first span{where}. Point an OTel SDK there "
+                f"(OTEL_EXPORTER_OTLP_ENDPOINT); a run appears here as soon as it sends.")
+    unnamed = data.unnamed_spans()
+    if unnamed:
+        return (f"{unnamed:,} span(s) in this file name no run: a writer older than the rule "
+                f"that files them under the store's default run wrote them, and no view shows "
+                f"them (rolloutscope info counts them).")
+    return (f"{data.store.path} holds no run: nothing was ever written to it. Collect into it "
+            f"with rolloutscope serve --db {data.store.path}, or import a capture.")
 
 
 class View(pn.viewable.Viewer):
@@ -127,9 +169,18 @@ class Overview(View):
         super().__init__(data, **params)
         self._table = text_table(self._incident_rows(), selectable=1, page_size=15,
                                  widths={"summary": 720})
+        self._catalog = text_table(self._catalog_rows(), page_size=12)
+        self._services = text_table(self._service_rows(), page_size=10)
         self._changed("incidents", "incidents", "run_thresholds")
+        self._changed("holdings", "span_catalog", "services")
         self._table.param.watch(self._on_select, "selection")
         self.param.watch(self._on_version, "revision")
+
+    def _catalog_rows(self) -> pd.DataFrame:
+        return tables.catalog_rows(self.data.frames["span_catalog"])
+
+    def _service_rows(self) -> pd.DataFrame:
+        return tables.service_rows(self.data.frames["services"])
 
     def _incident_rows(self) -> pd.DataFrame:
         inc = self.data.incidents()
@@ -146,6 +197,9 @@ class Overview(View):
     def _on_version(self, event) -> None:
         if self._changed("incidents", "incidents", "run_thresholds"):
             self._table.value = self._incident_rows()
+        if self._changed("holdings", "span_catalog", "services"):
+            self._catalog.value = self._catalog_rows()
+            self._services.value = self._service_rows()
 
     def _on_select(self, event) -> None:
         if event.new:
@@ -154,6 +208,9 @@ class Overview(View):
     @param.depends("revision")
     def header(self) -> pn.pane.HTML:
         d, e = self.data, html.escape
+        if d.state() == "no_runs":
+            return pn.pane.HTML(f"<div class='rs-header rs-waiting'>{e(waiting_text(d))}</div>",
+                                sizing_mode="stretch_width", stylesheets=[CSS])
         t0, now = d.origin_ns(), d.last_seen_ns()
         kv = [("run", d.run_id), ("from", _utc(t0) if t0 else "-"),
               ("to", _utc(now) if now else "-"), ("length", f"{(now - t0) / S:,.1f} s")]
@@ -166,19 +223,38 @@ class Overview(View):
         top = "".join(f"<span class='rs-kv'><b>{e(k)}</b> {e(str(v))}</span>" for k, v in kv)
         conf = "".join(f"<span class='rs-kv'>{e(k)} = <b>{e(v)}</b></span>" for k, v in cfg)
         probs = "".join(f"<div class='rs-note'>{e(p)}</div>" for p in d.problems)
+        said = holdings(d)
+        said = said[:1].upper() + said[1:]
+        holds = f"<div class='rs-note'>{e(said)}.</div>"
+        if d.state() == "no_rows":
+            holds = (f"<div class='rs-note rs-empty'>No rollout, checkpoint, fleet or incident "
+                     f"rows in this run: its spans are none the model views read. "
+                     f"{e(said)}; the table below lists them, and the Traces tab draws any "
+                     f"trace.</div>")
         return pn.pane.HTML(f"<div class='rs-header'>{top}<span class='rs-kv rs-note'>{mode}"
-                            f"</span><br>{conf}{probs}</div>", sizing_mode="stretch_width",
-                            stylesheets=[CSS])
+                            f"</span><br>{conf}{holds}{probs}</div>",
+                            sizing_mode="stretch_width", stylesheets=[CSS])
 
     @param.depends("revision")
     def indicators(self) -> pn.pane.HTML:
-        n = self.data.indicators()
-        cells = [
-            ("rollouts committed", n["committed"], False),
+        d = self.data
+        n = d.indicators()
+        dialects = d.dialects()
+        cells = []
+        if "rl" in dialects or not dialects:
+            cells.append(("rollouts committed", n["committed"], False))
+        if "gym" in dialects:
+            cells.append(("Gym rollouts finished", n["finished"], False))
+        cells += [
             ("in flight", n["in_flight"], False),
             ("parked", n["parked"], False),
             ("redispatches", n["redispatches"], n["redispatches"] > 0),
             ("failed tries", n["failed_tries"], n["failed_tries"] > 0),
+        ]
+        if n["model_calls"]:
+            cells += [("model calls", n["model_calls"], False),
+                      ("model call errors", n["model_call_errors"], n["model_call_errors"] > 0)]
+        cells += [
             ("snapshots ok", n["snapshots_ok"], False),
             ("snapshots failed", n["snapshots_failed"], n["snapshots_failed"] > 0),
             ("serving shards", f"{n['serving']} / {n['shards']}", n["serving"] < n["shards"]),
@@ -191,11 +267,21 @@ class Overview(View):
                             stylesheets=[CSS])
 
     def __panel__(self):
+        holdings = pn.Card(
+            pn.pane.HTML("<b>Processes</b> <span class='rs-note'>one row per service and "
+                         "process id (Gym's service.instance.id is the same in every Gym "
+                         "process)</span>", stylesheets=[CSS]),
+            self._services,
+            pn.pane.HTML("<b>Spans by name</b>", stylesheets=[CSS]), self._catalog,
+            # open where the model views say little: no run model of ours, only spans
+            title="What this run holds",
+            collapsed=self.data.state() == "ok" and "rl" in self.data.dialects(),
+            sizing_mode="stretch_width")
         return pn.Column(self.header, self.indicators,
                          pn.pane.HTML("<b>Incidents</b> <span class='rs-note'>newest first; "
                                       "select one to follow it on the timeline</span>",
                                       stylesheets=[CSS]),
-                         self._table, sizing_mode="stretch_width")
+                         self._table, holdings, sizing_mode="stretch_width")
 
 
 class Timeline(View):
@@ -223,7 +309,8 @@ class Timeline(View):
             self._user_range = tuple(float(v) for v in x_range)
 
     def _whole_run(self, *_):
-        self._user_range = None
+        d = self.data
+        self._user_range = (0.0, max((d.last_seen_ns() - d.origin_ns()) / S, 1.0))
         self._focus_for = None
         if self.data.incident is None:
             self.data.param.trigger("version")
@@ -250,9 +337,23 @@ class Timeline(View):
         elif inc is not None and self._shown_range is not None:
             rng = self._shown_range
         else:
-            rng = whole
+            rng = self._drawn_extent(whole)
         self._shown_range = rng
         return rng
+
+    def _drawn_extent(self, whole: tuple[float, float]) -> tuple[float, float]:
+        """Where the bars are, padded, within the whole run: a run whose rows fill only part
+        of its time (a Gym deployment's rollouts after a minute of start-up) opens on them;
+        one whose rows span it (a shard's stay) opens on the whole run. "Whole run" resets."""
+        d = self.data
+        t0, now = d.origin_ns(), d.last_seen_ns()
+        frames = self._frames(rollout_ids=d.rollout_lanes()[0])
+        rects = tl.interval_rects(frames, tl.lanes_for(frames), t0, now)
+        if not len(rects):
+            return whole
+        lo, hi = float(rects.x0.min()), float(rects.x1.max())
+        pad = max((hi - lo) * 0.05, 1e-3)
+        return (max(whole[0], lo - pad), min(whole[1], hi + pad))
 
     def _lanes(self, revision, incident, rollout_filter, failure_class):
         d = self.data
@@ -271,6 +372,10 @@ class Timeline(View):
     def note(self) -> pn.pane.HTML:
         d = self.data
         ids, total = d.rollout_lanes()
+        if d.state() != "ok":
+            return empty_note(d, "rollout, checkpoint or fleet rows to draw",
+                              "The timeline draws rollout attempts (RL tries, Gym's "
+                              "gym.rollout), checkpoint operations and shard states.")
         shown = f"showing {len(ids):,} of {total:,} rollouts" if total else "no rollouts"
         which = d.rollout_filter + (f", {d.failure_class}" if d.failure_class != "any" else "")
         return pn.pane.HTML(f"<span class='rs-note'>{html.escape(shown)} ({html.escape(which)})"
@@ -354,16 +459,34 @@ def incident_selector(data: DataStore, *, fallback=None) -> pn.widgets.Select:
 class Checkpoints(View):
     """Every checkpoint's per-participant phases, blockers, outcome; duration distributions."""
 
-    FRAMES = ("checkpoint_ops", "checkpoint_windows", "run_thresholds")
+    FRAMES = ("checkpoint_ops", "checkpoint_windows", "run_thresholds", "checkpoint_steps",
+              "span_catalog")
 
     def __init__(self, data: DataStore, **params) -> None:
         super().__init__(data, **params)
         self._phases = text_table(self._phase_rows(), page_size=20)
         self._windows = text_table(self._window_rows(), page_size=10)
+        self._steps = text_table(self._step_rows(), page_size=15)
         self._distribution = pn.pane.HoloViews(self._distribution_plot(),
                                                sizing_mode="stretch_width")
+        self._empty = pn.Column(sizing_mode="stretch_width")
+        self._show_empty()
         self._changed("tables", *self.FRAMES)
         self.param.watch(self._update, "revision")
+
+    def _show_empty(self) -> None:
+        f = self.data.frames
+        if len(f["checkpoint_ops"]) or len(f["checkpoint_windows"]):
+            self._empty[:] = []
+            return
+        self._empty[:] = [empty_note(
+            self.data, "checkpoint telemetry",
+            "Checkpoint rows come from the draft gym.checkpoint.* spans (span group "
+            "checkpoint: span_groups 'default,checkpoint'), from rolloutscope's Gym middleware "
+            "or from RL's rl.rollout_snapshot spans; see docs/gym-telemetry.md.")]
+
+    def _step_rows(self) -> pd.DataFrame:
+        return tables.step_rows(self.data.frames["checkpoint_steps"], self._t0())
 
     def _phase_rows(self) -> pd.DataFrame:
         out = plots.phase_durations(self.data.frames["checkpoint_ops"])
@@ -389,16 +512,22 @@ class Checkpoints(View):
         if self._changed("tables", *self.FRAMES):
             self._phases.value = self._phase_rows()
             self._windows.value = self._window_rows()
+            self._steps.value = self._step_rows()
             self._distribution.object = self._distribution_plot()
+            self._show_empty()
 
     def __panel__(self):
         return pn.Column(
+            self._empty,
             pn.Row(pn.Column("**Snapshot windows** (admission closed → reopened)",
                              self._windows, sizing_mode="stretch_width"),
                    pn.Column(self._distribution, sizing_mode="stretch_width"),
                    sizing_mode="stretch_width"),
             "**Phases per checkpoint and participant** (seconds; worst outcome; blockers)",
-            self._phases, sizing_mode="stretch_width")
+            self._phases,
+            "**Steps inside operations** (wait_ready, export, write, read, install; the "
+            "controller's prepare stages)",
+            self._steps, sizing_mode="stretch_width")
 
 
 # the Fleet's own time axis: linked between its two plots, not with the Timeline's
@@ -408,7 +537,8 @@ FLEET_TIME = hv.Dimension("t_fleet", label="time since run start (s)")
 class Fleet(View):
     """Shard lanes, transitions with triggers, probe vs reported failures, router vs fleet."""
 
-    FRAMES = ("shard_states", "serving_samples", "run_thresholds")
+    FRAMES = ("shard_states", "serving_samples", "run_thresholds", "model_calls",
+              "span_catalog")
 
     def __init__(self, data: DataStore, **params) -> None:
         super().__init__(data, **params)
@@ -416,17 +546,37 @@ class Fleet(View):
         self._streaks = pn.pane.HoloViews(plots.failure_streaks(data.frames["shard_states"]),
                                           sizing_mode="stretch_width")
         self._router_note = pn.pane.HTML(self._router_text(), stylesheets=[CSS])
+        self._backends = text_table(self._backend_rows(), page_size=10)
+        self._empty = pn.Column(sizing_mode="stretch_width")
+        self._show_empty()
         self._changed("tables", *self.FRAMES)
         self.param.watch(self._update, "revision")
 
     def _rows(self) -> pd.DataFrame:
         return plots.transitions_table(self.data.frames["shard_states"], self._t0())
 
+    def _backend_rows(self) -> pd.DataFrame:
+        return plots.backend_summary(self.data.frames["model_calls"], self._t0())
+
+    def _show_empty(self) -> None:
+        if len(self.data.frames["shard_states"]):
+            self._empty[:] = []
+            return
+        backends = self.data.frames["model_calls"].backend.nunique()
+        seen = (f" The model backends its model calls reached ({backends}) are listed below."
+                if backends else "")
+        self._empty[:] = [empty_note(
+            self.data, "generation-fleet health telemetry",
+            "Shard states come from rl.gen_fleet.* spans (rolloutscope's fleet-health wrapper "
+            "or the RL log importer)." + seen)]
+
     def _update(self, event) -> None:
         if self._changed("tables", *self.FRAMES):
             self._transitions.value = self._rows()
             self._streaks.object = plots.failure_streaks(self.data.frames["shard_states"])
             self._router_note.object = self._router_text()
+            self._backends.value = self._backend_rows()
+            self._show_empty()
 
     def _lanes(self, revision):
         d = self.data
@@ -452,25 +602,41 @@ class Fleet(View):
         return "<span class='rs-note'>router serving backends: no samples in this run</span>"
 
     def __panel__(self):
-        return pn.Column(*self.lanes(), self._router_note, pn.Row(
+        return pn.Column(self._empty, *self.lanes(), self._router_note, pn.Row(
             pn.Column("**Transitions** (trigger, streak counters, error)", self._transitions,
                       sizing_mode="stretch_width"),
-            pn.Column(self._streaks, width=420)), sizing_mode="stretch_width")
+            pn.Column(self._streaks, width=420)),
+            "**Model backends** (from model_calls: each backend a traced model call reached; "
+            "latency is the backend's, tries include retries)",
+            self._backends, sizing_mode="stretch_width")
 
 
 class Rollouts(View):
-    """Attempts with outcome / failure-class filters; deadline-versus-snapshot overlap."""
+    """Attempts with outcome / failure-class filters; deadline-versus-snapshot overlap; Gym's
+    own rollouts, model calls and counters where the run has them. Picking a rollout opens
+    its trace."""
 
     FRAMES = ("rollout_attempts", "deadlines", "checkpoint_windows", "run_thresholds")
+    GYM_FRAMES = ("gym_rollouts", "model_calls", "gym_metrics", "rollout_attempts",
+                  "span_catalog")
 
     def __init__(self, data: DataStore, **params) -> None:
         super().__init__(data, **params)
-        self._table = text_table(self._rows(), page_size=20)
+        self._table = text_table(self._rows(), page_size=20, selectable=1)
         self._overlap = pn.Column(self._overlap_pane(), sizing_mode="stretch_width")
+        self._gym = text_table(self._gym_rows(), page_size=15, selectable=1)
+        self._calls = text_table(self._call_rows(), page_size=15, selectable=1)
+        self._counters = text_table(self._counter_rows(), page_size=10)
+        self._gym_part = pn.Column(sizing_mode="stretch_width")
+        self._empty = pn.Column(sizing_mode="stretch_width")
+        self._show_parts()
         self._changed("table", *self.FRAMES, also=(data.outcomes, data.failure_class))
         self._changed("overlap", *self.FRAMES)
+        self._changed("gym", *self.GYM_FRAMES)
         self.param.watch(self._update, "revision")
         data.param.watch(self._update, ["outcomes", "failure_class"])
+        for table in (self._table, self._gym, self._calls):
+            table.param.watch(self._open_trace, "selection")
 
     @property
     def overlap(self) -> pn.Column:
@@ -481,14 +647,57 @@ class Rollouts(View):
         a = self.data.attempts_table().sort_values("start_ns")
         t0 = self._t0()
         return pd.DataFrame({
+            "dialect": a.dialect.astype(str).to_numpy(),
             "rollout_id": a.rollout_id.astype(str).to_numpy(),
             "try": a.attempt.astype("Int64").to_numpy(),
-            "group_id": a.group_id.astype(str).to_numpy(),
-            "start (s)": ((a.start_ns - t0) / S).round(2).to_numpy(),
-            "duration (s)": pd.to_numeric(a.duration_s).round(2).to_numpy(),
+            "capture key": a.capture_key.fillna("").astype(str).to_numpy(),
+            "group_id": a.group_id.fillna("").astype(str).to_numpy(),
+            "start (s)": ((a.start_ns - t0) / S).round(3).to_numpy(),
+            "duration (s)": pd.to_numeric(a.duration_s).round(3).to_numpy(),
             "outcome": a.outcome.astype(str).to_numpy(),
             "failure class": a.failure_class.fillna("").astype(str).to_numpy(),
-            "failure_reason": a.failure_reason.fillna("").astype(str).to_numpy()})
+            "failure_reason": a.failure_reason.fillna("").astype(str).to_numpy(),
+            "trace_id": a.trace_id.fillna("").astype(str).to_numpy()})
+
+    def _gym_rows(self) -> pd.DataFrame:
+        return tables.gym_rollout_rows(self.data.frames["gym_rollouts"], self._t0())
+
+    def _call_rows(self) -> pd.DataFrame:
+        return tables.model_call_rows(self.data.frames["model_calls"], self._t0())
+
+    def _counter_rows(self) -> pd.DataFrame:
+        return tables.counter_rows(self.data.frames["gym_metrics"])
+
+    def _open_trace(self, event) -> None:
+        if not event.new:
+            return
+        table = event.obj
+        trace = str(table.value.trace_id.iloc[event.new[0]])
+        if trace:
+            self.data.trace_id = trace
+
+    def _show_parts(self) -> None:
+        f = self.data.frames
+        if any(len(f[n]) for n in ("gym_rollouts", "model_calls", "gym_metrics")):
+            capped = [n for n in ("gym_rollouts", "model_calls")
+                      if len(f[n]) >= MAX_DETAIL_ROWS]
+            note = (f"<span class='rs-note'>{', '.join(capped)}: the latest "
+                    f"{MAX_DETAIL_ROWS:,} rows are shown; the store holds more</span>"
+                    if capped else "")
+            self._gym_part[:] = [pn.pane.HTML(note, stylesheets=[CSS]),
+                "**Gym rollouts** (gym.rollout: one agent /run each; select one to open its "
+                "trace)", self._gym,
+                "**Model calls** (gym.model.* spans with the backend they reached, and any "
+                "client's calls to a generation route)", self._calls,
+                "**Gym's own counters** (gym.* metrics: the latest cumulative point per "
+                "process; gym.verify.success_rate counts verify calls that did not raise, not "
+                "tasks passed)", self._counters]
+        else:
+            self._gym_part[:] = []
+        self._empty[:] = [] if len(f["rollout_attempts"]) else [empty_note(
+            self.data, "rollout attempts",
+            "Attempts come from RL's rl.rollout.attempt spans and from released Gym's "
+            "gym.rollout spans (span group rollout).")]
 
     def _overlap_pane(self):
         d = self.data
@@ -507,14 +716,21 @@ class Rollouts(View):
             self._table.value = self._rows()
         if self._changed("overlap", *self.FRAMES):
             self._overlap[:] = [self._overlap_pane()]
+        if self._changed("gym", *self.GYM_FRAMES):
+            self._gym.value = self._gym_rows()
+            self._calls.value = self._call_rows()
+            self._counters.value = self._counter_rows()
+            self._show_parts()
 
     def __panel__(self):
         filters = pn.Row(
             pn.widgets.CheckButtonGroup.from_param(self.data.param.outcomes, label="outcome"),
             pn.widgets.Select.from_param(self.data.param.failure_class, label="failure class",
                                          width=110))
-        return pn.Column(self._overlap, "**Attempts** (filter by outcome; none selected = all)",
-                         filters, self._table, sizing_mode="stretch_width")
+        return pn.Column(self._empty, self._overlap,
+                         "**Attempts** (RL tries and Gym rollout attempts; filter by outcome, "
+                         "none selected = all; select one to open its trace)",
+                         filters, self._table, self._gym_part, sizing_mode="stretch_width")
 
 
 class IncidentDetail(View):

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from enum import IntEnum
 from typing import Any, Protocol
 
-from rolloutscope.replay.participants.clock import ManualClock
+from rolloutscope.clock import ManualClock
 
 
 class Priority(IntEnum):

@@ -1,10 +1,11 @@
 """From a captured run back to a scenario: what the run recorded and what its spans show.
 
 Rule: nothing is guessed silently. Each part of the scenario comes from one named source, and
-the ``ExtractionReport`` lists it under ``inferred`` (read from the run's config or spans),
-``defaulted`` (the run did not record it; a stated default or the recorded scenario document
-stands in) or ``missing`` (observed but with no place in the scenario model, or not observed at
-all). A replay of the extracted scenario is only as faithful as that list says.
+the ``ExtractionReport`` lists it as an ``ExtractionNote`` whose ``provenance`` is ``inferred``
+(read from the run's config or spans), ``defaulted`` (the run did not record it; a stated
+default or the recorded scenario document stands in) or ``missing`` (observed but with no place
+in the scenario model, or not observed at all). A replay of the extracted scenario is only as
+faithful as that list says.
 
 Sources, in the order they are used:
 
@@ -18,6 +19,9 @@ Sources, in the order they are used:
   duration), a prepared-to-commit gap (a silent controller), ``rl.weight_sync``;
 - faults: lost replies (a completion RL never received on its stream), injected row failures,
   policy workers lost in a commit; fault spans with no place in the scenario model are listed.
+- a run with no RL side at all (collected only from a Gym deployment): the workload comes from
+  Gym's own rollouts and model calls (``extract_gym``); the report says so (``dialect`` gym),
+  and everything RL would have decided is the reference model's defaults.
 
 ``--incident ID`` keeps a window around one incident: from ``pad_s`` before it (and from the
 arrival of every prompt still running then) to ``pad_s`` after it, with the snapshots, syncs
@@ -32,6 +36,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from rolloutscope.store import RunStore
@@ -43,6 +48,7 @@ from rolloutscope.vocabulary import (
     SpanName,
 )
 from rolloutscope.replay import scenarios
+from rolloutscope.replay.extract_gym import gym_workload
 from rolloutscope.store.runs import origin_ns, require_run
 from rolloutscope.replay.errors import ReplayError, ScenarioError, UnknownScenarioError
 from rolloutscope.replay.scenario import (
@@ -85,10 +91,20 @@ class ExtractionError(ReplayError):
     """The run cannot become a scenario (no prompts, an unknown incident, several runs)."""
 
 
+class Provenance(StrEnum):
+    INFERRED = "inferred"  # read from the run's config or spans
+    DEFAULTED = "defaulted"  # not recorded: a stated default or the recorded document stands in
+    MISSING = "missing"  # observed with no place in the scenario model, or not observed at all
+
+
 @dataclass(frozen=True, kw_only=True)
 class ExtractionNote:
+    provenance: Provenance
     item: str  # where in the scenario, e.g. "config.watchdog" or "workload.turns"
     detail: str
+
+    def line(self) -> str:
+        return f"{self.provenance.value}: {self.item}: {self.detail}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,15 +116,25 @@ class ExtractionReport:
     inferred: tuple[ExtractionNote, ...] = ()
     defaulted: tuple[ExtractionNote, ...] = ()
     missing: tuple[ExtractionNote, ...] = ()
+    # whose spans the workload came from: rl (rl.rollout.prompt and its rows) or gym (the run
+    # has no RL side: Gym's rollouts, see extract_gym)
+    dialect: str = "rl"
+
+    @property
+    def notes(self) -> tuple[ExtractionNote, ...]:
+        return self.inferred + self.defaulted + self.missing
 
     def lines(self) -> list[str]:
         out = [f"extracted from run {self.run_id} ({self.source})"]
+        if self.dialect == "gym":
+            out.append("Gym side only: the run has no RL-side spans, so the workload is the Gym "
+                       "deployment's rollouts and the replay's controller, deadlines, retries "
+                       "and snapshots are the reference model's defaults; the captured outcome "
+                       "counts are not compared")
         if self.window is not None:
             out.append(f"window {self.window[0]:g}-{self.window[1]:g} s around incident "
                        f"{self.incident_id}")
-        for label, notes in (("inferred", self.inferred), ("defaulted", self.defaulted),
-                             ("missing", self.missing)):
-            out.extend(f"{label}: {n.item}: {n.detail}" for n in notes)
+        out.extend(n.line() for n in self.notes)
         return out
 
 
@@ -124,8 +150,9 @@ class _Notes:
     defaulted: list[ExtractionNote] = field(default_factory=list)
     missing: list[ExtractionNote] = field(default_factory=list)
 
-    def add(self, kind: str, item: str, detail: str) -> None:
-        getattr(self, kind).append(ExtractionNote(item=item, detail=detail))
+    def add(self, provenance: Provenance | str, item: str, detail: str) -> None:
+        note = ExtractionNote(provenance=Provenance(provenance), item=item, detail=detail)
+        getattr(self, note.provenance.value).append(note)
 
 
 @dataclass(frozen=True)
@@ -209,7 +236,21 @@ def extract_scenario(store: RunStore, run_id: str | None = None, *,
     horizon = _horizon(metadata, data, notes)
     if seed is None:
         notes.add("defaulted", "seed", "the run recorded no seed; 0")
-    prompts = _prompts(data, config, document, notes)
+    dialect = "rl"
+    if data.spans[SpanName.RL_PROMPT]:
+        prompts = _prompts(data, config, document, notes)
+    else:
+        gym = gym_workload(store, run_id, origin_ns(store, run_id), notes.add)
+        if gym is None:
+            raise ExtractionError(f"run {run_id} has neither rl.rollout.prompt nor gym.rollout "
+                                  f"spans: no workload to replay")
+        prompts, dialect = gym.prompts, "gym"
+        config = dataclasses.replace(config, rollout=dataclasses.replace(
+            config.rollout, num_generations_per_prompt=gym.rows_per_prompt))
+        notes.add("inferred", "config.rollout.num_generations_per_prompt",
+                  f"{gym.rows_per_prompt}, the Gym rollouts per prompt")
+        notes.defaulted = [_without(n, "num_generations_per_prompt")
+                           if n.item == "config.rollout" else n for n in notes.defaulted]
     if not prompts:
         raise ExtractionError(f"run {run_id} has no rl.rollout.prompt spans: no workload")
     snapshots, silences, ck_index = _snapshots(data, horizon, notes)
@@ -236,7 +277,15 @@ def extract_scenario(store: RunStore, run_id: str | None = None, *,
     return Extraction(scenario=scenario, report=ExtractionReport(
         run_id=run_id, source=source, incident_id=incident_id, window=window,
         inferred=tuple(notes.inferred), defaulted=tuple(notes.defaulted),
-        missing=tuple(notes.missing)))
+        missing=tuple(notes.missing), dialect=dialect))
+
+
+def _without(note: ExtractionNote, name: str) -> ExtractionNote:
+    """A 'not recorded, the model's defaults: a, b, c' note without one of its names."""
+    head, sep, names = note.detail.partition(": ")
+    kept = [n for n in names.split(", ") if n != name]
+    return (ExtractionNote(provenance=note.provenance, item=note.item,
+                           detail=head + sep + ", ".join(kept)) if sep else note)
 
 
 def _the_run(store: RunStore, run_id: str | None) -> str:

@@ -5,7 +5,9 @@ times, each a group of rows, each row a sequence of turns with model-call and to
 token counts), a control schedule (snapshot attempts, weight syncs), faults, a horizon and a
 seed. ``Scenario.from_dict`` refuses unknown keys, naming the key and where it was found, so a
 misspelt threshold never silently falls back to its default. Every class is a frozen, keyword-only
-dataclass; ``to_dict`` / ``from_dict`` round-trip exactly.
+dataclass; ``to_dict`` / ``from_dict`` round-trip exactly. Reading a document and the bounds each
+field declares (``setting``) go through ``rolloutscope.config``; what relates several fields is
+checked here.
 """
 
 from __future__ import annotations
@@ -13,13 +15,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-import types
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
-from typing import Any, Union
+from typing import Any
 
+from rolloutscope.config import ConfigProblem, build, check_bounds, setting
 from rolloutscope.vocabulary import StallAction
 from rolloutscope.replay.errors import ScenarioError
 from rolloutscope.replay.participants.fleet_health import FleetHealthConfig, FleetHealthConfigError
@@ -35,13 +36,14 @@ class RolloutConfig:
     """``async_rl.rollout_failure`` for the Gym path
     (docs/domain/rollouts-and-deadlines.md#budgets)."""
 
-    rollout_timeout_s: float | None = None  # one deadline per RL try over the whole row stream
-    generation_timeout_s: float | None = None  # native path; kept for the stall validator
-    env_timeout_s: float | None = None  # native path; kept for the stall validator
-    num_generations_per_prompt: int = 1
-    max_row_attempts: int = 3
-    max_infra_attempts_per_prompt: int = 5
-    max_data_attempts_per_prompt: int = 2
+    # one deadline per RL try over the whole row stream
+    rollout_timeout_s: float | None = setting(None, gt=0)
+    generation_timeout_s: float | None = setting(None, gt=0)  # native path; for the stall check
+    env_timeout_s: float | None = setting(None, gt=0)  # native path; for the stall check
+    num_generations_per_prompt: int = setting(1, ge=1)
+    max_row_attempts: int = setting(3, ge=1)
+    max_infra_attempts_per_prompt: int = setting(5, ge=1)
+    max_data_attempts_per_prompt: int = setting(2, ge=1)
     backoff_base_s: float = 1.0
     max_backoff_s: float = 30.0
     max_skipped_prompts: int = 0
@@ -53,17 +55,17 @@ class CheckpointConfig:
     """Gym ``checkpoint:`` block and RL ``rollout_checkpointing.gym``
     (docs/domain/checkpoint-protocol.md#timeouts-and-config)."""
 
-    prepare_timeout_s: float = 300.0
-    lease_grace_s: float = 600.0
+    prepare_timeout_s: float = setting(300.0, gt=0)
+    lease_grace_s: float = setting(600.0, gt=0)
     generation_cuts: bool = False
-    policy_workers: int = 1
+    policy_workers: int = setting(1, ge=1)
 
 
 @dataclass(frozen=True, kw_only=True)
 class WatchdogConfig:
     """``async_rl.stall_watchdog`` (docs/domain/rollouts-and-deadlines.md#stall-watchdog)."""
 
-    interval_s: float = 30.0
+    interval_s: float = setting(30.0, gt=0)
     stall_timeout_s: float = 600.0
     stall_action: StallAction = StallAction.WARN
     gym_subprocess_check: bool = True
@@ -73,9 +75,9 @@ class WatchdogConfig:
 class TrainingConfig:
     """How committed prompt groups become train steps (progress for the stall watchdog)."""
 
-    prompts_per_step: int = 1
-    train_step_s: float = 10.0
-    max_num_steps: int = 1
+    prompts_per_step: int = setting(1, ge=1)
+    train_step_s: float = setting(10.0, ge=0)
+    max_num_steps: int = setting(1, ge=0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,7 +90,7 @@ class FleetConfig:
     (``fleet-health-enabled``), not a key, so one scenario replays with and without it.
     """
 
-    shards: int = 0
+    shards: int = setting(0, ge=0)
     probe_interval_s: float = 5.0
     probe_timeout_s: float = 2.0
     unhealthy_threshold: int = 3
@@ -136,12 +138,12 @@ class Config:
 class Turn:
     """One agent turn: a policy model call, then a tool/environment step; a boundary follows."""
 
-    model_s: float
-    tool_s: float = 0.0
+    model_s: float = setting(ge=0)
+    tool_s: float = setting(0.0, ge=0)
     # a streaming response starts (first data chunk) first_chunk_s into the call; a non-streaming
     # one (Gym pins stream=false) starts only when the generation finishes
     streaming: bool = False
-    first_chunk_s: float = 0.0
+    first_chunk_s: float = setting(0.0, ge=0)
     constrained: bool = False  # constrained decoding: never cut (cut_skipped)
     input_tokens: int = 0
     output_tokens: int = 0
@@ -164,13 +166,13 @@ class Prompt:
 class GeneratedPrompts:
     """A workload drawn from the scenario seed: many prompts without spelling each one."""
 
-    count: int
+    count: int = setting(ge=0)
     arrival_window_s: float
-    turns_min: int
+    turns_min: int = setting(ge=1)
     turns_max: int
-    model_s_min: float
+    model_s_min: float = setting(ge=0)
     model_s_max: float
-    tool_s_min: float = 0.0
+    tool_s_min: float = setting(0.0, ge=0)
     tool_s_max: float = 0.0
     input_tokens: int = 0
     output_tokens: int = 0
@@ -252,7 +254,7 @@ class ShardKill:
     dead (restarting dead shards is elastic recovery, which the replayed system lacks)."""
 
     shard: int
-    at_s: float
+    at_s: float = setting(ge=0)
     state: KillState = KillState.ANY
 
 
@@ -261,7 +263,7 @@ class ShardWedge:
     """From ``at_s`` the shard answers liveness probes while its generations fail or hang."""
 
     shard: int
-    at_s: float
+    at_s: float = setting(ge=0)
     mode: WedgeMode = WedgeMode.FAIL
 
 
@@ -270,8 +272,8 @@ class SlowShard:
     """From ``at_s`` the shard's generations take ``factor`` times as long."""
 
     shard: int
-    at_s: float
-    factor: float
+    at_s: float = setting(ge=0)
+    factor: float = setting(ge=1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -287,14 +289,14 @@ class RefitMiss:
 class RouterRestart:
     """Ray recreates the router actor: it comes back with every backend serving."""
 
-    at_s: float
+    at_s: float = setting(ge=0)
 
 
 @dataclass(frozen=True, kw_only=True)
 class GymSubprocessDeath:
     """A Gym server subprocess dies: its tool steps never answer, its health check fails."""
 
-    at_s: float
+    at_s: float = setting(ge=0)
     environment: str = "environment"
 
 
@@ -325,7 +327,7 @@ class Scenario:
     description: str = ""
     version: int = SCHEMA_VERSION
     seed: int = 0
-    horizon_s: float
+    horizon_s: float = setting(gt=0)
     config: Config = field(default_factory=Config)
     workload: Workload = field(default_factory=Workload)
     control: Control = field(default_factory=Control)
@@ -356,7 +358,7 @@ class Scenario:
         if version != SCHEMA_VERSION:
             raise ScenarioError("version", f"scenario schema version {version!r} is not "
                                 f"supported (this rolloutscope reads {SCHEMA_VERSION})")
-        return _build(cls, data, "")
+        return build(cls, data, fail=_refused)
 
     @classmethod
     def from_json(cls, text: str) -> Scenario:
@@ -396,31 +398,25 @@ def _generate(gen: GeneratedPrompts, rows: int, rng: random.Random) -> list[Prom
 
 
 # -- validation ---------------------------------------------------------------------------------
+def _refused(problem: ConfigProblem) -> ScenarioError:
+    return ScenarioError(problem.path, problem.detail)
+
+
 def _validate(s: Scenario) -> None:
+    """The bounds every field declares, then what relates several fields."""
     if s.version != SCHEMA_VERSION:
         raise ScenarioError("version", f"must be {SCHEMA_VERSION}")
-    if s.horizon_s <= 0:
-        raise ScenarioError("horizon_s", "must be positive")
-    ro, wd, ck, tr = s.config.rollout, s.config.watchdog, s.config.checkpoint, s.config.training
+    check_bounds(s, deep=True, fail=_refused)
+    ro, wd, ck = s.config.rollout, s.config.watchdog, s.config.checkpoint
     for name in ("rollout_timeout_s", "generation_timeout_s", "env_timeout_s"):
         value = getattr(ro, name)
-        if value is not None and value <= 0:
-            raise ScenarioError(f"config.rollout.{name}", "must be positive or null")
         # a stall must outlast every deadline, or the watchdog fires first
         # (docs/domain/rollouts-and-deadlines.md#deadlines)
         if value is not None and wd.stall_timeout_s <= value:
             raise ScenarioError("config.watchdog.stall_timeout_s",
                                 f"must exceed config.rollout.{name} ({value})")
-    if wd.stall_timeout_s <= wd.interval_s or wd.interval_s <= 0:
+    if wd.stall_timeout_s <= wd.interval_s:
         raise ScenarioError("config.watchdog", "need 0 < interval_s < stall_timeout_s")
-    for name in ("num_generations_per_prompt", "max_row_attempts",
-                 "max_infra_attempts_per_prompt", "max_data_attempts_per_prompt"):
-        if getattr(ro, name) < 1:
-            raise ScenarioError(f"config.rollout.{name}", "must be at least 1")
-    if ck.prepare_timeout_s <= 0 or ck.lease_grace_s <= 0 or ck.policy_workers < 1:
-        raise ScenarioError("config.checkpoint", "timeouts and policy_workers must be positive")
-    if tr.prompts_per_step < 1 or tr.max_num_steps < 0 or tr.train_step_s < 0:
-        raise ScenarioError("config.training", "prompts_per_step >= 1, others >= 0")
     seen: set[int] = set()
     for i, p in enumerate(s.workload.prompts):
         where = f"workload.prompts[{i}]"
@@ -434,14 +430,14 @@ def _validate(s: Scenario) -> None:
             if not row.turns:
                 raise ScenarioError(f"{where}.rows[{j}].turns", "a row needs at least one turn")
             for k, t in enumerate(row.turns):
-                if t.model_s < 0 or t.tool_s < 0 or not 0 <= t.first_chunk_s <= t.model_s:
+                if t.first_chunk_s > t.model_s:
                     raise ScenarioError(f"{where}.rows[{j}].turns[{k}]",
                                         "durations must be >= 0 and first_chunk_s <= model_s")
     gen = s.workload.generated
     if gen is not None:
-        if gen.count < 0 or not 1 <= gen.turns_min <= gen.turns_max:
+        if gen.turns_min > gen.turns_max:
             raise ScenarioError("workload.generated", "need count >= 0, 1 <= turns_min <= max")
-        if not 0 <= gen.model_s_min <= gen.model_s_max or not 0 <= gen.tool_s_min <= gen.tool_s_max:
+        if gen.model_s_min > gen.model_s_max or gen.tool_s_min > gen.tool_s_max:
             raise ScenarioError("workload.generated", "need 0 <= min <= max durations")
         clash = seen & set(range(gen.first_idx, gen.first_idx + gen.count))
         if clash:
@@ -463,17 +459,15 @@ def _validate(s: Scenario) -> None:
 
 def _validate_fleet(s: Scenario) -> None:
     fl, f = s.config.fleet, s.faults
-    if fl.shards < 0:
-        raise ScenarioError("config.fleet.shards", "must be >= 0")
     # the participant models' own validators speak for the real config blocks
     try:
         fl.health_config(separate_reported_failure_streak=True)
     except FleetHealthConfigError as exc:
-        raise ScenarioError(f"config.fleet.{exc.key or ''}".rstrip("."), str(exc)) from None
+        raise ScenarioError(f"config.fleet.{exc.key or ''}".rstrip("."), exc.detail) from None
     try:
         s.config.router.router_config(router_500_not_504=True)
     except RouterConfigError as exc:
-        raise ScenarioError(f"config.router.{exc.key or ''}".rstrip("."), str(exc)) from None
+        raise ScenarioError(f"config.router.{exc.key or ''}".rstrip("."), exc.detail) from None
     if fl.shards and fl.min_healthy_shards > fl.shards:
         raise ScenarioError("config.fleet.min_healthy_shards",
                             f"exceeds the {fl.shards} shard(s) of the fleet")
@@ -491,11 +485,6 @@ def _validate_fleet(s: Scenario) -> None:
             if not 0 <= fault.shard < fl.shards:
                 raise ScenarioError(f"{where}.shard", f"shard {fault.shard} is not in "
                                     f"0..{fl.shards - 1} (config.fleet.shards={fl.shards})")
-            if getattr(fault, "at_s", 0.0) < 0:
-                raise ScenarioError(f"{where}.at_s", "must be >= 0")
-    for i, slow in enumerate(f.slow_shards):
-        if slow.factor < 1:
-            raise ScenarioError(f"faults.slow_shards[{i}].factor", "must be >= 1")
     n_sync = len(s.control.weight_syncs)
     for i, miss in enumerate(f.refit_misses):
         if not 1 <= miss.sync_index <= n_sync:
@@ -503,16 +492,11 @@ def _validate_fleet(s: Scenario) -> None:
                                 f"weight sync {miss.sync_index} is not in 1..{n_sync}")
     if f.router_restarts and not fl.shards:
         raise ScenarioError("faults.router_restarts", "needs a generation fleet")
-    for name, timed in (("router_restarts", f.router_restarts),
-                        ("gym_subprocess_deaths", f.gym_subprocess_deaths)):
-        for i, fault in enumerate(timed):
-            if fault.at_s < 0:
-                raise ScenarioError(f"faults.{name}[{i}].at_s", "must be >= 0")
     if len(set(s.fixes)) != len(s.fixes):
         raise ScenarioError("fixes", "a fix is listed twice")
 
 
-# -- generic, strict (de)serialisation of the dataclasses above ---------------------------------
+# -- serialisation of the dataclasses above ------------------------------------------------------
 def _to_jsonable(value: Any) -> Any:
     if dataclasses.is_dataclass(value):
         return {f.name: _to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
@@ -521,52 +505,3 @@ def _to_jsonable(value: Any) -> Any:
     if isinstance(value, tuple):
         return [_to_jsonable(v) for v in value]
     return value
-
-
-def _build(tp: Any, data: Any, path: str) -> Any:
-    origin = typing.get_origin(tp)
-    if origin in (Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if data is None:
-            return None
-        return _build(args[0], data, path)
-    if origin is tuple:
-        if not isinstance(data, list | tuple):
-            raise ScenarioError(path, f"expected a list, got {type(data).__name__}")
-        item = typing.get_args(tp)[0]
-        return tuple(_build(item, v, f"{path}[{i}]") for i, v in enumerate(data))
-    if dataclasses.is_dataclass(tp):
-        if not isinstance(data, Mapping):
-            raise ScenarioError(path, f"expected an object, got {type(data).__name__}")
-        hints = typing.get_type_hints(tp)
-        fields = {f.name: f for f in dataclasses.fields(tp)}
-        for key in data:
-            if key not in fields:
-                where = f"{path}.{key}" if path else str(key)
-                raise ScenarioError(where, f"unknown key {key!r} (known: {', '.join(fields)})")
-        kwargs = {k: _build(hints[k], v, f"{path}.{k}" if path else k) for k, v in data.items()}
-        missing = [name for name, f in fields.items() if name not in kwargs
-                   and f.default is dataclasses.MISSING
-                   and f.default_factory is dataclasses.MISSING]
-        if missing:
-            raise ScenarioError(path, f"missing required key {missing[0]!r}")
-        return tp(**kwargs)
-    if isinstance(tp, type) and issubclass(tp, Enum):
-        try:
-            return tp(data)
-        except ValueError:
-            raise ScenarioError(path, f"{data!r} is not one of "
-                                f"{', '.join(m.value for m in tp)}") from None
-    if tp is float:
-        if isinstance(data, bool) or not isinstance(data, int | float):
-            raise ScenarioError(path, f"expected a number, got {data!r}")
-        return float(data)
-    if tp is int:
-        if isinstance(data, bool) or not isinstance(data, int):
-            raise ScenarioError(path, f"expected an integer, got {data!r}")
-        return data
-    if tp is bool or tp is str:
-        if not isinstance(data, tp):
-            raise ScenarioError(path, f"expected {tp.__name__}, got {data!r}")
-        return data
-    raise ScenarioError(path, f"unsupported field type {tp!r}")  # a bug in this module

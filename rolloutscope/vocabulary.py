@@ -33,6 +33,17 @@ class ResourceAttr:
     RL_COMPONENT = "nemo.rl.component"
     RANK = "nv.dl.rank"
     WORLD_SIZE = "nv.dl.world_size"
+    # what a released Gym process also sets (nemo-lens): its version and group, and OTel's
+    # process identity. service.instance.id is NOT a process id there: Gym builds it as
+    # "<run id>-rank<rank>" and every Gym process is rank 0, so process.pid tells them apart.
+    GYM_VERSION = "nemo.gym.version"
+    GYM_SERVICE_GROUP = "nemo.gym.service_group"
+    PROCESS_PID = "process.pid"
+    HOST_NAME = "host.name"
+    SERVICE_VERSION = "service.version"
+    SDK_LANGUAGE = "telemetry.sdk.language"
+    SDK_NAME = "telemetry.sdk.name"
+    SDK_VERSION = "telemetry.sdk.version"
 
 
 class Attr:
@@ -122,10 +133,27 @@ class Attr:
     ROUTER_FAILURE_COUNT = "nemo.rl.router.failure_count"
     HTTP_STATUS = "http.response.status_code"
     EXCEPTION_MESSAGE = "exception.message"
+    EXCEPTION_TYPE = "exception.type"
     HTTP_METHOD = "http.request.method"
     HTTP_ROUTE = "http.route"
     URL_FULL = "url.full"
+    URL_PATH = "url.path"
+    SERVER_ADDRESS = "server.address"
+    SERVER_PORT = "server.port"
     ERROR_TYPE = "error.type"
+    # the older HTTP semantic conventions, which the FastAPI / ASGI instrumentation Gym 0.7.0
+    # installs still writes on SERVER spans (http.status_code, not http.response.status_code)
+    HTTP_STATUS_OLD = "http.status_code"
+    HTTP_METHOD_OLD = "http.method"
+    HTTP_URL_OLD = "http.url"
+    HTTP_TARGET_OLD = "http.target"
+    HTTP_HOST_OLD = "http.host"
+    NET_HOST_PORT_OLD = "net.host.port"
+    # OTel's generative-AI conventions, where a client or engine records them
+    GEN_AI_SYSTEM = "gen_ai.system"
+    GEN_AI_OPERATION = "gen_ai.operation.name"
+    GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+    GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
 
     # Rollouts (docs/domain/rollouts-and-deadlines.md)
     ROLLOUT_OUTCOME = "nemo.rl.rollout.outcome"
@@ -192,6 +220,19 @@ class Attr:
     ACK_RECEIPTS = "nemo.rl.ack.receipts"
     ACK_OUTCOME = "nemo.rl.ack.outcome"
 
+    # Released Gym spans (nemo_gym/telemetry): the server a span was made in; later Gym
+    # versions add the rollout's task and repeat index (decoded from the rollout id), the
+    # model's own response id, a tool call's name and a rollout's outcome.
+    GYM_SERVER_NAME = ResourceAttr.GYM_SERVER_NAME
+    GYM_TASK_ID = "nemo.gym.task.id"
+    GYM_REPEAT_INDEX = "nemo.gym.repeat.index"
+    GYM_MODEL_REQUEST_ID = "nemo.gym.model_request.id"
+    GYM_TOOL_NAME = "nemo.gym.tool.name"
+    GYM_ROLLOUT_OUTCOME = "nemo.gym.rollout.outcome"
+    # nemo-lens's reward constant: Gym 0.7.0 never sets it (reward is experiment telemetry
+    # there), a caller may
+    REWARD = "rl.reward"
+
     # Gym client retries of one model call (docs/domain/rollouts-and-deadlines.md#gyms-own-retries)
     RETRY_TRY = "nemo.gym.retry.try"
     RETRY_MAX_TRIES = "nemo.gym.retry.max_tries"
@@ -227,7 +268,10 @@ class SpanName:
     GYM_AGENT_RESPONSES = "gym.agent.responses"
     GYM_MODEL_CHAT = "gym.model.chat_completions"
     GYM_MODEL_RESPONSES = "gym.model.responses"  # a policy model call: ROLLOUT_ID, TOKENS_*
+    GYM_MODEL_MESSAGES = "gym.model.messages"
     GYM_VERIFY = "gym.verify"
+    GYM_JOB = "gym.job"  # one `gym eval run` (span group job)
+    GYM_TOOL_CALL = "gym.tool_call"  # later Gym: one tool route call, GYM_TOOL_NAME
 
     # -- checkpoint participants: gym.checkpoint.<op>, CHECKPOINT_ID, CK_PARTICIPANT_KIND,
     #    CK_INSTANCE, CK_OUTCOME, CK_CODE, CK_BLOCKERS (a count, as in the draft), CK_BLOCKER_KEYS
@@ -253,8 +297,10 @@ class SpanName:
     CK_REFUSED_REQUEST = "gym.checkpoint.refused_request"
     # admission closed -> reopened, per participant: CHECKPOINT_ID, CK_PARTICIPANT_KIND
     CK_OPEN = "gym.checkpoint.open"
-    # controller: gym.checkpoint.coordinate.<op>, and .prepare.<kind> stage children
+    # controller: gym.checkpoint.coordinate.<op>, and .prepare.<kind> stage children (the
+    # draft stamps the checkpoint id on the operation only; its children inherit it)
     CK_COORDINATE_PREFIX = "gym.checkpoint.coordinate."
+    CK_COORDINATE_STAGE_PREFIX = "gym.checkpoint.coordinate.prepare."
     CK_COORDINATE_PREPARE = "gym.checkpoint.coordinate.prepare"
     CK_COORDINATE_COMMIT = "gym.checkpoint.coordinate.commit"
     CK_COORDINATE_RESTORE = "gym.checkpoint.coordinate.restore"
@@ -314,6 +360,36 @@ class SpanName:
     # derived completion -> ACK interval
     AGENT_COMPLETED_UNACKED = "gym.agent.completed_unacknowledged"
     MODEL_RESPONSE_HELD = "gym.model.response_held"
+
+
+class MetricName:
+    """Metric names the views read: released Gym's (``nemo_gym/telemetry/metrics.py``) and
+    OTel's HTTP server instruments."""
+
+    GYM_ROLLOUT_DURATION_MS = "gym.rollout.duration_ms"
+    GYM_VERIFY_DURATION_MS = "gym.verify.duration_ms"
+    GYM_VERIFY_SUCCESS_RATE = "gym.verify.success_rate"  # verify calls that did not raise
+    GYM_SERVERS_ACTIVE = "gym.servers.active"
+    GYM_CONNECT_TOTAL = "gym.http.connection_pool.connect_total"
+    HTTP_SERVER_DURATION = "http.server.duration"  # ms, old conventions
+    HTTP_SERVER_REQUEST_DURATION = "http.server.request.duration"  # s, new conventions
+
+
+class GymServerType(StrEnum):
+    """``nemo.gym.server.type`` of a released Gym process."""
+
+    ORCHESTRATOR = "orchestrator"
+    RESOURCES = "resources_servers"
+    AGENT = "responses_api_agents"
+    MODEL = "responses_api_models"
+    ENVIRONMENT = "environment_servers"
+
+
+class Dialect(StrEnum):
+    """Whose vocabulary a model-view row was read from."""
+
+    RL = "rl"  # rolloutscope's RL-side spans (rl.*), from its wrappers, importers and replays
+    GYM = "gym"  # released Gym's own spans (gym.rollout, gym.model.*, HTTP client spans)
 
 
 class EventName:

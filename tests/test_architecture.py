@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = {"collectors": "rolloutscope.collectors", "dashboard": "rolloutscope.dashboard",
            "replay": "rolloutscope.replay", "rolloutscope": "rolloutscope"}
 GROUND_FLOOR = ("rolloutscope.vocabulary", "rolloutscope.store", "rolloutscope.errors",
-                "rolloutscope.clock")
+                "rolloutscope.clock", "rolloutscope.config")
 LIBRARIES = ("rolloutscope.collectors", "rolloutscope.dashboard", "rolloutscope.replay",
              "rolloutscope.postmortem", *GROUND_FLOOR)
 
@@ -88,7 +88,7 @@ class TestLayers:
 def vocabulary_names() -> set[str]:
     names = set()
     for cls in (vocabulary.ResourceAttr, vocabulary.Attr, vocabulary.SpanName,
-                vocabulary.EventName):
+                vocabulary.EventName, vocabulary.MetricName):
         names.update(v for k, v in vars(cls).items() if not k.startswith("_")
                      and isinstance(v, str))
     return names

@@ -10,10 +10,10 @@ raises into it:
 - ``GymCheckpointMiddleware``: pure ASGI middleware for Gym servers; checkpoint-operation spans
   of both protocol generations and refusal events.
 
-``docs/instrumenting.md`` says where each goes and what it shows.
+``docs/instrumenting.md`` says where each goes and what it shows. The clocks a ``Deadline`` is
+handed (``LoopClock`` live, ``ManualClock`` in tests) live in ``rolloutscope.clock``.
 """
 
-from rolloutscope.collectors.instrument.clock import DeadlineClock, LoopClock, ManualClock
 from rolloutscope.collectors.instrument.deadlines import (
     Deadline,
     DeadlineRegistry,
@@ -26,7 +26,6 @@ from rolloutscope.collectors.instrument.gym_asgi import (
 )
 
 __all__ = [
-    "DEFAULT_MAX_BODY_BYTES", "Deadline", "DeadlineClock", "DeadlineRegistry",
-    "GymCheckpointMiddleware", "LoopClock", "ManualClock", "ObservedFleetHealth",
-    "RolloutTimeout", "observe_fleet_health",
+    "DEFAULT_MAX_BODY_BYTES", "Deadline", "DeadlineRegistry", "GymCheckpointMiddleware",
+    "ObservedFleetHealth", "RolloutTimeout", "observe_fleet_health",
 ]

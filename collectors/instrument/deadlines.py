@@ -40,13 +40,9 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, StatusCode, Tracer
 
 from rolloutscope.collectors.exporter import emit_open_marker
-from rolloutscope.collectors.instrument.clock import (
-    OPEN_MARKER_AFTER_S,
-    DeadlineClock,
-    LoopClock,
-    TimerHandle,
-)
+from rolloutscope.clock import DeadlineClock, LoopClock, TimerHandle
 from rolloutscope.collectors.instrument.guard import InstrumentFailures
+from rolloutscope.collectors.instrument.markers import OPEN_MARKER_AFTER_S
 from rolloutscope.vocabulary import (
     Attr,
     DeadlineHolder,

@@ -61,7 +61,7 @@ from rolloutscope.collectors.instrument.checkpoint_routes import (
     request_attributes,
     rollout_attributes,
 )
-from rolloutscope.collectors.instrument.clock import OPEN_MARKER_AFTER_S
+from rolloutscope.collectors.instrument.markers import OPEN_MARKER_AFTER_S
 from rolloutscope.collectors.instrument.guard import InstrumentFailures
 from rolloutscope.vocabulary import (
     Attr,

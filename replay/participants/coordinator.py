@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from rolloutscope.clock import Clock
 from rolloutscope.vocabulary import ParticipantKind
 from rolloutscope.replay.errors import ModelInvariantError
-from rolloutscope.replay.participants.clock import Clock
 from rolloutscope.replay.participants.protocol import EpisodeId, Participant, Reply
 
 PREPARE_ORDER = (ParticipantKind.ENVIRONMENT, ParticipantKind.MODEL, ParticipantKind.AGENT,

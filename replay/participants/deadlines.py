@@ -20,9 +20,9 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from rolloutscope.clock import Clock
 from rolloutscope.vocabulary import DeadlineHolder, DeadlineOutcome, DeadlineKind
 from rolloutscope.replay.errors import ModelInvariantError
-from rolloutscope.replay.participants.clock import Clock
 
 
 class DeadlineState(StrEnum):

@@ -26,13 +26,14 @@ successful generation (``report_success``) or a refit clears the reported streak
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from rolloutscope.clock import TimeFn
+from rolloutscope.config import ConfigProblem, build, check_bounds, check_types, setting
 from rolloutscope.vocabulary import SERVING_STATES, ShardState, ShardTrigger
 
-Clock = Callable[[], float]
 TransitionObserver = Callable[["Transition"], None]
 
 # The one edge the module docstring forbids; _transition refuses it even if a future operation
@@ -49,8 +50,10 @@ _REFIT_ACCEPTED_FROM = frozenset({ShardState.HEALTHY, ShardState.SUSPECT, ShardS
 class FleetHealthConfigError(ValueError):
     """A fleet-health config that would misbehave; ``key`` names the offending key when one does."""
 
-    def __init__(self, message: str, *, key: str | None = None) -> None:
+    def __init__(self, message: str, *, key: str | None = None,
+                 detail: str | None = None) -> None:
         self.key = key
+        self.detail = detail or message  # what is wrong, without the key's name
         super().__init__(message)
 
 
@@ -65,71 +68,38 @@ class FleetHealthConfig:
     """
 
     enabled: bool = False
-    probe_interval_s: float = 5.0
+    probe_interval_s: float = setting(5.0, gt=0)
     probe_timeout_s: float = 2.0
-    unhealthy_threshold: int = 3
-    healthy_threshold: int = 2
-    selection: str = "least_outstanding"
-    on_dead_shard: str = "fail_fast"
-    max_restart_attempts_per_shard: int = 5
-    min_healthy_shards: int = 1
+    unhealthy_threshold: int = setting(3, ge=1)
+    healthy_threshold: int = setting(2, ge=1)
+    selection: str = setting("least_outstanding", one_of=("least_outstanding",))
+    on_dead_shard: str = setting("fail_fast", one_of=("fail_fast",))
+    max_restart_attempts_per_shard: int = setting(5, ge=0)
+    min_healthy_shards: int = setting(1, ge=0)
     # Replay variant, not a real key: False shares one streak between probes and reported
     # failures, as before the fix, so a wedged engine oscillates healthy <-> suspect for ever.
     separate_reported_failure_streak: bool = True
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            object.__setattr__(self, f.name, _checked(f.name, f.type, getattr(self, f.name)))
-        if self.probe_interval_s <= 0:
-            raise FleetHealthConfigError("probe_interval_s must be > 0", key="probe_interval_s")
+        # ints are accepted where a float is expected; bools never count as numbers
+        check_types(self, fail=_refused)
+        check_bounds(self, fail=_refused)
         if not 0 < self.probe_timeout_s < self.probe_interval_s:
             # A probe that may outlive its interval overlaps the next round, and the probe loop
             # would fall further behind every tick.
             raise FleetHealthConfigError(
                 f"probe_timeout_s={self.probe_timeout_s} must be > 0 and < probe_interval_s="
                 f"{self.probe_interval_s}", key="probe_timeout_s")
-        for key in ("unhealthy_threshold", "healthy_threshold"):
-            if getattr(self, key) < 1:
-                raise FleetHealthConfigError(f"{key} must be >= 1", key=key)
-        for key in ("max_restart_attempts_per_shard", "min_healthy_shards"):
-            if getattr(self, key) < 0:
-                raise FleetHealthConfigError(f"{key} must be >= 0", key=key)
-        if self.selection != "least_outstanding":
-            raise FleetHealthConfigError(
-                f"selection={self.selection!r}: only 'least_outstanding' exists", key="selection")
-        if self.on_dead_shard != "fail_fast":
-            raise FleetHealthConfigError(
-                f"on_dead_shard={self.on_dead_shard!r}: only 'fail_fast' exists",
-                key="on_dead_shard")
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any]) -> FleetHealthConfig:
         """Build from a config block, refusing keys it does not know (a typo would otherwise
         leave a default silently in force)."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(mapping) - known)
-        if unknown:
-            raise FleetHealthConfigError(
-                f"generation_fleet_health: unknown key(s) {', '.join(unknown)}; "
-                f"known keys are {', '.join(sorted(known))}", key=unknown[0])
-        return cls(**mapping)
+        return build(cls, mapping, path="generation_fleet_health", fail=_refused)
 
 
-def _checked(key: str, annotation: str, value: Any) -> Any:
-    """Type-check one field; ints are accepted where a float is expected, bools never count as
-    numbers (``True`` as a threshold is a config mistake, not 1)."""
-    if annotation == "bool":
-        ok = isinstance(value, bool)
-    elif annotation == "int":
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif annotation == "float":
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        value = float(value) if ok else value
-    else:
-        ok = isinstance(value, str)
-    if not ok:
-        raise FleetHealthConfigError(f"{key} must be {annotation}, got {value!r}", key=key)
-    return value
+def _refused(problem: ConfigProblem) -> FleetHealthConfigError:
+    return FleetHealthConfigError(problem.message, key=problem.key, detail=problem.detail)
 
 
 # -- records handed out -------------------------------------------------------------------------
@@ -265,7 +235,7 @@ class GenerationFleetHealth:
     """The fleet's health model. Operation names and meanings are the real system's, so the real
     implementation can stand in for this one behind an adapter."""
 
-    def __init__(self, *, num_shards: int, config: FleetHealthConfig, clock: Clock,
+    def __init__(self, *, num_shards: int, config: FleetHealthConfig, clock: TimeFn,
                  base_urls: Sequence[str] | None = None,
                  observer: TransitionObserver | None = None) -> None:
         if num_shards < 1:

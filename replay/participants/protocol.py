@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from rolloutscope.clock import Clock
 from rolloutscope.vocabulary import (
     CheckpointOp,
     CheckpointPhase,
     ErrorCode,
     ParticipantKind,
 )
-from rolloutscope.replay.participants.clock import Clock
 
 RESUMED_FENCE_SIZE = 64
 MAX_BLOCKERS = 100

@@ -25,9 +25,10 @@ restarts comes up with every backend serving, so one push after a restart correc
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
+from rolloutscope.config import ConfigProblem, build, check_types
 from rolloutscope.vocabulary import RouterOutcome
 from rolloutscope.replay.participants.gym_client import RETRY_ERROR_CODES
 
@@ -41,8 +42,10 @@ NO_HEALTHY_BACKEND_ERROR = "no healthy generation backend"
 class RouterConfigError(ValueError):
     """A router config that would misbehave; ``key`` names the offending key when one does."""
 
-    def __init__(self, message: str, *, key: str | None = None) -> None:
+    def __init__(self, message: str, *, key: str | None = None,
+                 detail: str | None = None) -> None:
         self.key = key
+        self.detail = detail or message  # what is wrong, without the key's name
         super().__init__(message)
 
 
@@ -66,8 +69,7 @@ class RouterConfig:
     router_500_not_504: bool = True
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            object.__setattr__(self, f.name, _checked(f.name, f.type, getattr(self, f.name)))
+        check_types(self, fail=_refused)
         if not 0 < self.port_range_low <= self.port_range_high <= 65535:
             raise RouterConfigError(
                 f"port range {self.port_range_low}..{self.port_range_high} is empty or out of "
@@ -92,26 +94,11 @@ class RouterConfig:
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any]) -> RouterConfig:
         """Build from a config block, refusing keys it does not know."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(mapping) - known)
-        if unknown:
-            raise RouterConfigError(
-                f"generation_router: unknown key(s) {', '.join(unknown)}; "
-                f"known keys are {', '.join(sorted(known))}", key=unknown[0])
-        return cls(**mapping)
+        return build(cls, mapping, path="generation_router", fail=_refused)
 
 
-def _checked(key: str, annotation: str, value: Any) -> Any:
-    if annotation == "bool":
-        ok = isinstance(value, bool)
-    elif annotation == "int":
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    else:  # float
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        value = float(value) if ok else value
-    if not ok:
-        raise RouterConfigError(f"{key} must be {annotation}, got {value!r}", key=key)
-    return value
+def _refused(problem: ConfigProblem) -> RouterConfigError:
+    return RouterConfigError(problem.message, key=problem.key, detail=problem.detail)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "rolloutscope.cli.scenario",
     "rolloutscope.cli.replay",
     "rolloutscope.cli.demo",
+    "rolloutscope.cli.doctor",
 )
 
 

@@ -20,14 +20,20 @@ def cmd_info(args: argparse.Namespace) -> int:
 
     with RunStore(args.run, read_only=True) as store:
         runs = store.query(
-            """SELECT r.run_id, r.source, r.scenario, r.parent_run_id,
+            """SELECT k.run_id, r.source, r.scenario, r.parent_run_id,
                       coalesce(s.n, 0), s.first_ns, s.last_ns
-               FROM runs r
+               FROM (SELECT run_id FROM runs UNION SELECT DISTINCT run_id FROM spans) k
+               LEFT JOIN runs r USING (run_id)
                LEFT JOIN (SELECT run_id, count(*) AS n, min(start_ns) AS first_ns,
                                  max(coalesce(end_ns, start_ns)) AS last_ns
                           FROM spans GROUP BY run_id) s USING (run_id)
-               ORDER BY r.run_id""")
+               WHERE k.run_id IS NOT NULL
+               ORDER BY k.run_id""")
         print(f"{store.path}")
+        unnamed = store.query("SELECT count(*) FROM spans WHERE run_id IS NULL")[0][0]
+        if unnamed:
+            print(f"  {unnamed:,} span(s) name no run: written by a version that did not yet "
+                  f"file them under the store's default run; no view shows them")
         if not runs:
             print("  no runs")
             return 0
@@ -35,8 +41,12 @@ def cmd_info(args: argparse.Namespace) -> int:
             span = (last - first) / 1e9 if first is not None and last is not None else 0.0
             extra = f" scenario={scenario}" if scenario else ""
             extra += f" parent={parent}" if parent else ""
-            print(f"run {run_id}  source={source}{extra}")
+            print(f"run {run_id}  source={source or 'live (spans only, no runs row)'}{extra}")
+            print(f"  run id: {_derivation(store, run_id, source, n)}")
             print(f"  spans {n:,}  from {_fmt_ns(first)} to {_fmt_ns(last)} ({span:,.1f} s)")
+            for line in _processes(store, run_id):
+                print(f"  {line}")
+            print(f"  model views: {_model_view_counts(store, run_id)}")
             counts = store.query(
                 "SELECT name, count(*) AS n FROM spans WHERE run_id = ? "
                 "GROUP BY name ORDER BY n DESC, name", [run_id])
@@ -48,6 +58,65 @@ def cmd_info(args: argparse.Namespace) -> int:
             if open_count:
                 print(f"  open intervals {open_count:,}")
     return 0
+
+
+def _derivation(store, run_id: str, source: str | None, spans: int) -> str:
+    """How the run's id was found (the rule in rolloutscope.store.rows.RUN_RULE)."""
+    if not spans:
+        return f"registered by {source or 'a writer'} (no spans)"
+    # a text test per distinct resource and per span: no JSON parsing of every span
+    by_resource = store.query(
+        "SELECT resource LIKE '%\"nemo.run.id\"%', count(*) FROM spans WHERE run_id = ? "
+        "GROUP BY 1", [run_id])
+    named = sum(n for has, n in by_resource if has)
+    on_span = store.query(
+        "SELECT count(*) FROM spans WHERE run_id = ? AND attributes LIKE '%\"nemo.run.id\"%'",
+        [run_id])[0][0]
+    parts = []
+    if named:
+        parts.append(f"nemo.run.id on the resource of {named:,} span(s)")
+    if on_span:
+        parts.append(f"nemo.run.id on {on_span:,} span(s) themselves")
+    derived = spans - max(named, on_span)
+    if derived > 0:
+        whose = ("the import's run (rolloutscope import)" if source == "import" else
+                 "the store's default run, named after its file"
+                 if run_id == store.default_run_id else "the run their writer was given")
+        parts.append(f"{derived:,} span(s) carried no nemo.run.id and belong to {whose}")
+    return "; ".join(parts)
+
+
+def _processes(store, run_id: str) -> list[str]:
+    rows = store.query(
+        "SELECT service, pid, gym_server_type, gym_version, spans FROM services "
+        "WHERE run_id = ? ORDER BY service, pid", [run_id])
+    if not rows:
+        return []
+    out = [f"processes {len(rows)}:"]
+    for service, pid, gym_type, gym_version, spans in rows:
+        what = f" (Gym {gym_version} {gym_type})" if gym_type else ""
+        out.append(f"  {service or '-'}{f' pid {pid}' if pid is not None else ''}{what}: "
+                   f"{spans:,} span(s)")
+    return out
+
+
+# The model views a reader draws, in the order info lists them.
+MODEL_VIEWS = ("rollout_attempts", "gym_rollouts", "model_calls", "checkpoint_ops",
+               "checkpoint_windows", "shard_states", "deadlines", "parked_intervals",
+               "completions", "incidents")
+
+
+def _model_view_counts(store, run_id: str) -> str:
+    parts = []
+    for view in MODEL_VIEWS:  # names from the tuple above, not from input
+        n = store.query(f"SELECT count(*) FROM {view} WHERE run_id = ?", [run_id])[0][0]
+        if view == "rollout_attempts" and n:
+            by = store.query("SELECT dialect, count(*) FROM rollout_attempts WHERE run_id = ? "
+                             "GROUP BY dialect ORDER BY dialect", [run_id])
+            parts.append(f"{view} {n:,} (" + ", ".join(f"{d} {c:,}" for d, c in by) + ")")
+        else:
+            parts.append(f"{view} {n:,}")
+    return ", ".join(parts)
 
 
 INCIDENT_KINDS: tuple[str, ...] = tuple(k.value for k in IncidentKind)  # from the vocabulary

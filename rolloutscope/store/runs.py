@@ -137,7 +137,9 @@ def outcome_counts(store: RunStore, run_id: str) -> OutcomeCounts:
         committed=int((attempts.outcome == "committed").sum()),
         timed_out=int((deadlines.outcome == "fired").sum()),
         stranded=int(stranded),
-        redispatched=int((attempts.attempt.fillna(0) > 0).sum()) + int(row_redispatches),
+        # RL tries after the first: a Gym rollout's later attempt (rid-aN) is no re-dispatch
+        redispatched=int(((attempts.attempt.fillna(0) > 0)
+                          & (attempts.dialect == "rl")).sum()) + int(row_redispatches),
         quarantined=int((shards.state == "dead").sum()),
         snapshots_ok=int((windows.outcome == "committed").sum()),
         snapshots_failed=int(windows.outcome.isin(["failed", "aborted"]).sum()))
@@ -220,9 +222,11 @@ def rollout_outcomes(store: RunStore, run_id: str) -> pd.DataFrame:
             outcome, end = "open", None
         else:
             outcome, end = str(g.outcome.iloc[-1]), g.end_ns.max()
-        rows.append({"prompt_idx": int(prompt_idx), "rollout_id": rollout_id,
+        rows.append({"prompt_idx": None if pd.isna(prompt_idx) else int(prompt_idx),
+                     "rollout_id": rollout_id,
                      "outcome": outcome, "tries": len(g), "end_s": seconds(end, origin)})
-    return pd.DataFrame(rows).sort_values("prompt_idx", ignore_index=True)
+    out = pd.DataFrame(rows).astype({"prompt_idx": "Int64"})
+    return out.sort_values(["prompt_idx", "rollout_id"], ignore_index=True, na_position="last")
 
 
 
@@ -255,7 +259,8 @@ def timeline(store: RunStore, run_id: str, *, side: str) -> pd.DataFrame:
                      else str(outcome)})
 
     for r in store.view("rollout_attempts", run_id=run_id).itertuples():
-        add(str(r.rollout_id), "try", f"try {r.attempt}", r.start_ns, r.end_ns, r.outcome)
+        label = (f"Gym attempt {r.capture_key}" if r.dialect == "gym" else f"try {r.attempt}")
+        add(str(r.rollout_id), "try", label, r.start_ns, r.end_ns, r.outcome)
     for r in store.view("parked_intervals", run_id=run_id).itertuples():
         add(str(r.rollout_id).split("-", 1)[0] if r.rollout_id else "?", "parked",
             f"{r.rollout_id} parked", r.start_ns, r.end_ns, r.boundary_state)

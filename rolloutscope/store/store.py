@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -31,6 +32,14 @@ from rolloutscope.store.schema import DDL, SCHEMA_VERSION
 from rolloutscope.vocabulary import RunSource
 
 DEFAULT_FILE_NAME = "run.duckdb"
+_NOT_AN_ID = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def default_run_name(path: Path) -> str:
+    """The run a store files rows without ``nemo.run.id`` under: the file's name without its
+    suffix, or the folder's name for a ``run.duckdb`` (a run directory)."""
+    name = path.parent.name if path.name == DEFAULT_FILE_NAME else path.stem
+    return _NOT_AN_ID.sub("-", name).strip("-.") or "run"
 
 
 def resolve_path(path: str | Path) -> Path:
@@ -101,6 +110,9 @@ class RunStore:
             con.execute(stmt)
         con.execute("INSERT OR REPLACE INTO store_meta VALUES ('schema_version', ?)",
                     [str(SCHEMA_VERSION)])
+        # named once, when the file is first written, so a renamed file keeps its run
+        con.execute("INSERT OR IGNORE INTO store_meta VALUES ('default_run_id', ?)",
+                    [default_run_name(self.path)])
         _views.install(con, temporary=False)
         con.execute("COMMIT")
 
@@ -148,6 +160,13 @@ class RunStore:
         return [r[0] for r in self.query(
             "SELECT run_id FROM (SELECT run_id FROM runs UNION SELECT DISTINCT run_id FROM spans) "
             "WHERE run_id IS NOT NULL ORDER BY run_id")]
+
+    @property
+    def default_run_id(self) -> str | None:
+        """The run rows that name none belong to (``rows.RUN_RULE``); None for a file written
+        before stores had one."""
+        rows = self.query("SELECT value FROM store_meta WHERE key = 'default_run_id'")
+        return rows[0][0] if rows else None
 
     def run_config(self, run_id: str) -> dict[str, Any]:
         rows = self.query("SELECT config FROM runs WHERE run_id = ?", [run_id])

@@ -37,7 +37,8 @@ class TestDataStore:
 
     def test_indicators_count_view_rows(self, data):
         assert data.indicators() == {
-            "committed": 11, "in_flight": 1, "parked": 0, "redispatches": 1,
+            "committed": 11, "finished": 0, "gym_rollouts": 0, "model_calls": 0,
+            "model_call_errors": 0, "in_flight": 1, "parked": 0, "redispatches": 1,
             "failed_tries": 2, "snapshots_ok": 1, "snapshots_failed": 1,
             "snapshots_open": 0, "serving": 3, "shards": 4,
             "incidents": len(data.frames["incidents"])}

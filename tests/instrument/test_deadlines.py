@@ -8,12 +8,8 @@ import json
 import pandas as pd
 import pytest
 
-from rolloutscope.collectors.instrument import (
-    Deadline,
-    DeadlineRegistry,
-    ManualClock,
-    RolloutTimeout,
-)
+from rolloutscope.clock import ManualClock
+from rolloutscope.collectors.instrument import Deadline, DeadlineRegistry, RolloutTimeout
 from rolloutscope.vocabulary import Attr, DeadlineHolder, EventName
 
 from .conftest import S, T0

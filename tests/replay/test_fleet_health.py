@@ -13,6 +13,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from rolloutscope.clock import ManualClock
 from rolloutscope.vocabulary import SERVING_STATES, ShardState, ShardTrigger
 from rolloutscope.replay.participants.fleet_health import (
     FleetHealthConfig,
@@ -29,18 +30,13 @@ RESTARTING, STALE, RETIRED = ShardState.RESTARTING, ShardState.STALE, ShardState
 URLS = ("http://gen-0:7000/v1", "http://gen-1:7001/v1", "http://gen-2:7002/v1")
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+T0 = 1000.0
 
 
 def fleet(num_shards: int = 2, **overrides) -> tuple[GenerationFleetHealth, list[Transition]]:
     transitions: list[Transition] = []
     model = GenerationFleetHealth(num_shards=num_shards, base_urls=URLS[:num_shards],
-                                  config=FleetHealthConfig(**overrides), clock=Clock(),
+                                  config=FleetHealthConfig(**overrides), clock=ManualClock(T0).now,
                                   observer=transitions.append)
     transitions.clear()  # the initial records have their own test
     return model, transitions
@@ -296,21 +292,21 @@ class TestWhatTheModelHandsOut:
     def test_each_shard_starts_with_an_initial_record(self):
         seen: list[Transition] = []
         GenerationFleetHealth(num_shards=2, base_urls=URLS[:2], config=FleetHealthConfig(),
-                              clock=Clock(), observer=seen.append)
+                              clock=ManualClock(T0).now, observer=seen.append)
         assert [(t.shard, t.previous_state, t.state, t.trigger, t.membership_epoch)
                 for t in seen] == [(0, None, H, ShardTrigger.INITIAL, 0),
                                    (1, None, H, ShardTrigger.INITIAL, 0)]
 
     def test_transitions_are_stamped_by_the_injected_clock(self):
-        clock = Clock()
+        clock = ManualClock(T0)
         seen: list[Transition] = []
-        model = GenerationFleetHealth(num_shards=1, config=FleetHealthConfig(), clock=clock,
+        model = GenerationFleetHealth(num_shards=1, config=FleetHealthConfig(), clock=clock.now,
                                       observer=seen.append)
-        clock.now = 1234.5
+        clock.set(1234.5)
         model.record_probe(0, ok=False, error="probe timed out")
         assert seen[-1].at == 1234.5
         assert seen[-1].log_line() == "gen_fleet: shard 0 healthy -> suspect (probe timed out)"
-        clock.now = 1240.0
+        clock.set(1240.0)
         model.record_probe(0, ok=True)
         assert model.shard(0).last_ok_at == 1240.0
 
@@ -330,7 +326,7 @@ class TestWhatTheModelHandsOut:
     def test_base_urls_must_match_the_shard_count(self):
         with pytest.raises(ValueError, match="base_urls has 1 entries for 2 shards"):
             GenerationFleetHealth(num_shards=2, base_urls=URLS[:1], config=FleetHealthConfig(),
-                                  clock=Clock())
+                                  clock=ManualClock(T0).now)
 
 
 class TestTheConfigRefusesWhatWouldMisbehave:
@@ -367,7 +363,7 @@ class TestTheConfigRefusesWhatWouldMisbehave:
     def test_a_floor_above_the_fleet_size_is_refused(self):
         with pytest.raises(FleetHealthConfigError, match="min_healthy_shards=3"):
             GenerationFleetHealth(num_shards=2, config=FleetHealthConfig(min_healthy_shards=3),
-                                  clock=Clock())
+                                  clock=ManualClock(T0).now)
 
 
 class FleetHealthMachine(RuleBasedStateMachine):
@@ -378,13 +374,13 @@ class FleetHealthMachine(RuleBasedStateMachine):
     @initialize(unhealthy=st.integers(1, 4), healthy=st.integers(1, 3),
                 restarts=st.integers(0, 3), separate=st.booleans())
     def build(self, unhealthy, healthy, restarts, separate):
-        self.clock = Clock()
+        self.clock = ManualClock(T0)
         self.transitions: list[Transition] = []
         config = FleetHealthConfig(unhealthy_threshold=unhealthy, healthy_threshold=healthy,
                                    max_restart_attempts_per_shard=restarts,
                                    separate_reported_failure_streak=separate)
         self.model = GenerationFleetHealth(num_shards=3, base_urls=URLS, config=config,
-                                           clock=self.clock, observer=self.transitions.append)
+                                           clock=self.clock.now, observer=self.transitions.append)
         self.last_epoch = 0
         self.last_serving = self.model.serving_shards()
         self.replayed = {t.shard: t.state for t in self.transitions}  # the initial records
@@ -423,7 +419,7 @@ class FleetHealthMachine(RuleBasedStateMachine):
 
     @rule(seconds=st.floats(0, 30))
     def time_passes(self, seconds):
-        self.clock.now += seconds
+        self.clock.advance(seconds)
 
     @invariant()
     def the_serving_set_is_healthy_and_suspect(self):

@@ -17,7 +17,7 @@ from rolloutscope.vocabulary import (
 )
 from rolloutscope.replay.errors import ModelInvariantError
 from rolloutscope.replay.participants.agent import AgentParticipant
-from rolloutscope.replay.participants.clock import ManualClock
+from rolloutscope.clock import ManualClock
 from rolloutscope.replay.participants.coordinator import RESUME_ORDER, CheckpointCoordinator
 from rolloutscope.replay.participants.deadlines import DeadlineRegistry
 from rolloutscope.replay.participants.environment import (

@@ -57,3 +57,25 @@ def test_a_file_that_is_not_a_golden_capture_is_refused(tmp_path):
     path.write_text('{"format": "something-else"}')
     with pytest.raises(GoldenCaptureError, match="not a rolloutscope-golden-capture"):
         capture_from_golden(path)
+
+
+def test_a_divergence_is_a_record_naming_what_was_expected_and_what_was_observed(tmp_path):
+    from rolloutscope.replay.divergence import DivergenceKind
+
+    doc = json.loads((GOLDEN / "lost-reply.json").read_text())
+    doc["expected"]["outcomes"]["committed"] = 2
+    doc["expected"]["incidents"].append(["export_failed", "snapshot@200s"])
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(doc))
+    result = replay_runs([capture_from_golden(edited)], out=tmp_path / "b.duckdb",
+                         check_determinism=False).results[0]
+    incidents, outcomes = result.divergences
+    assert incidents.kind is DivergenceKind.INCIDENTS and incidents.subject == "incidents"
+    assert incidents.expected == (("export_failed", "snapshot@200s"),)
+    assert incidents.observed == ()
+    assert outcomes.kind is DivergenceKind.OUTCOMES
+    assert outcomes.expected == (("committed", 2),) and outcomes.observed == (("committed", 1),)
+    # the rendered text is the records' messages, as reports and the raised error print them
+    assert result.divergence == (incidents.message, outcomes.message)
+    assert outcomes.message == "outcome counts differ: committed 2 -> 1" == str(outcomes)
+    assert f"  DIVERGED: {incidents.message}" in result.lines()

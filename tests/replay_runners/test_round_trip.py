@@ -67,6 +67,20 @@ def test_the_report_lists_turns_taken_from_the_recorded_document_as_defaulted(ca
     assert any("no model-call spans" in n.detail for n in report.defaulted)
 
 
+def test_each_extraction_note_says_where_its_part_of_the_scenario_came_from(capture_path):
+    from rolloutscope.replay.extract import Provenance
+
+    with RunStore(capture_path("snapshot-outlasts-deadline"), read_only=True) as store:
+        report = extract_scenario(store).report
+    for provenance, notes in ((Provenance.INFERRED, report.inferred),
+                              (Provenance.DEFAULTED, report.defaulted),
+                              (Provenance.MISSING, report.missing)):
+        assert all(n.provenance is provenance for n in notes)
+    assert report.notes == report.inferred + report.defaulted + report.missing
+    assert report.lines()[1:] == [f"{n.provenance.value}: {n.item}: {n.detail}"
+                                  for n in report.notes]
+
+
 def test_a_live_run_without_model_call_spans_gets_one_turn_per_row_listed_as_missing(
         capture_path, tmp_path):
     path = tmp_path / "live.duckdb"

@@ -6,6 +6,13 @@
 -- (docs/domain/checkpoint-protocol.md#error-codes); blockers is the count of capture keys that
 -- kept a prepare from being ready, blocker_keys the keys themselves (at most 100); stopped_at is
 -- the stage where a coordinated prepare stopped.
+-- The draft (nemo_gym/_checkpoint/telemetry.py in NVIDIA-NeMo/Gym) records no outcome
+-- attribute: a raised operation ends its span with an ERROR status, and a prepare that was not
+-- ready by its deadline returns normally with phase 'preparing' (the coordinator's with
+-- prepared = false), which counts as an error here as it does for the controller. phase is the
+-- participant's phase after the operation; records, bytes, episodes, rollouts and participants
+-- are what the draft counts on the operation (the bytes a commit wrote are on its write step:
+-- checkpoint_steps).
 CREATE OR REPLACE VIEW checkpoint_ops AS
 SELECT
     run_id,
@@ -20,8 +27,16 @@ SELECT
     end_ns,
     CASE WHEN end_ns IS NULL THEN NULL
          ELSE coalesce(attributes->>'nemo.gym.checkpoint.outcome',
-                       CASE WHEN status_code = 'ERROR' THEN 'error' ELSE 'ok' END)
+                       CASE WHEN status_code = 'ERROR' THEN 'error'
+                            WHEN name IN ('gym.checkpoint.prepare',
+                                          'gym.checkpoint.coordinate.prepare')
+                                 AND ((attributes->>'nemo.gym.checkpoint.phase') = 'preparing'
+                                      OR TRY_CAST(attributes->>'nemo.gym.checkpoint.prepared'
+                                                  AS BOOLEAN) = false)
+                                 THEN 'error'
+                            ELSE 'ok' END)
     END AS outcome,
+    attributes->>'nemo.gym.checkpoint.phase' AS phase,
     attributes->>'nemo.gym.checkpoint.code' AS code,
     coalesce(TRY_CAST(attributes->>'nemo.gym.checkpoint.blocker_count' AS INTEGER),
              TRY_CAST(attributes->>'nemo.gym.checkpoint.blockers' AS INTEGER)) AS blockers,
@@ -40,6 +55,11 @@ SELECT
     TRY_CAST(attributes->>'nemo.gym.checkpoint.workers.expected' AS INTEGER) AS workers_expected,
     TRY_CAST(attributes->>'nemo.gym.checkpoint.workers.acknowledged' AS INTEGER)
         AS workers_acknowledged,
+    TRY_CAST(attributes->>'nemo.gym.checkpoint.records' AS BIGINT) AS records,
+    TRY_CAST(attributes->>'nemo.gym.checkpoint.bytes' AS BIGINT) AS bytes,
+    TRY_CAST(attributes->>'nemo.gym.checkpoint.episodes' AS INTEGER) AS episodes,
+    TRY_CAST(attributes->>'nemo.gym.checkpoint.rollouts' AS INTEGER) AS rollouts,
+    TRY_CAST(attributes->>'nemo.gym.checkpoint.participants' AS INTEGER) AS participants,
     (end_ns - start_ns) / 1e9 AS duration_s,
     trace_id,
     span_id,

@@ -2,10 +2,12 @@
 -- it to the moment it reopened (the interval a rollout deadline can collide with; P1 in
 -- docs/domain/incidents.md). The window is the union of the RL admission fence (rl.admission.fence
 -- owned by the gym checkpoint) and every participant's gym.checkpoint.open interval; end_ns is
--- NULL while any of them is open. outcome: 'open' while the window is open; otherwise the RL
--- snapshot transaction's outcome (published -> committed, aborted, failed); without one, derived
--- from the operations: a controller commit that succeeded -> committed, any failed operation ->
--- failed, else aborted.
+-- NULL while any of them is open. A checkpoint that has neither interval (the draft checkpoint
+-- telemetry alone: operations, no admission spans) is open from its first prepare or restore to
+-- the end of its last resume, the points where participants close and reopen admission.
+-- outcome: 'open' while the window is open; otherwise the RL snapshot transaction's outcome
+-- (published -> committed, aborted, failed); without one, derived from the operations: a
+-- controller commit that succeeded -> committed, any failed operation -> failed, else aborted.
 CREATE OR REPLACE VIEW checkpoint_windows AS
 WITH intervals AS (
     SELECT run_id, checkpoint_id, start_ns, end_ns
@@ -15,12 +17,15 @@ WITH intervals AS (
            OR (name = 'rl.admission.fence'
                AND coalesce(attributes->>'nemo.rl.fence.owner', 'gym_checkpoint') = 'gym_checkpoint'))
 ),
-admission AS (
+op_intervals AS (
     SELECT run_id, checkpoint_id,
-           min(start_ns) AS start_ns,
-           CASE WHEN bool_or(end_ns IS NULL) THEN NULL ELSE max(end_ns) END AS end_ns
-    FROM intervals
+           min(start_ns) FILTER (WHERE op IN ('prepare', 'restore')) AS start_ns,
+           CASE WHEN bool_or(op = 'resume' AND end_ns IS NULL) THEN NULL
+                ELSE max(end_ns) FILTER (WHERE op = 'resume') END AS end_ns
+    FROM checkpoint_ops
+    WHERE checkpoint_id IS NOT NULL
     GROUP BY run_id, checkpoint_id
+    HAVING min(start_ns) FILTER (WHERE op IN ('prepare', 'restore')) IS NOT NULL
 ),
 snapshot AS (
     SELECT run_id, checkpoint_id,
@@ -30,6 +35,19 @@ snapshot AS (
            arg_max(attributes->>'nemo.rl.snapshot.outcome', start_ns) AS snapshot_outcome
     FROM all_spans
     WHERE name = 'rl.rollout_snapshot' AND checkpoint_id IS NOT NULL
+    GROUP BY run_id, checkpoint_id
+),
+admission AS (
+    SELECT run_id, checkpoint_id,
+           min(start_ns) AS start_ns,
+           CASE WHEN bool_or(end_ns IS NULL) THEN NULL ELSE max(end_ns) END AS end_ns
+    FROM (SELECT * FROM intervals
+          UNION ALL
+          SELECT o.* FROM op_intervals o
+          WHERE NOT EXISTS (SELECT 1 FROM intervals i WHERE i.run_id = o.run_id
+                                                         AND i.checkpoint_id = o.checkpoint_id)
+            AND NOT EXISTS (SELECT 1 FROM snapshot s WHERE s.run_id = o.run_id
+                                                        AND s.checkpoint_id = o.checkpoint_id))
     GROUP BY run_id, checkpoint_id
 ),
 ops AS (

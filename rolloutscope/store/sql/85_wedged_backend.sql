@@ -3,6 +3,10 @@
 -- adapter-reported failures). Needs at least unhealthy_threshold failures and at least one probe
 -- in the failing stretch, every one of them OK. Before the separate reported-failure streak, such
 -- a shard oscillated healthy <-> suspect forever; oscillations counts those flips.
+-- From plain HTTP spans (released Gym, any OTel client): a model backend (http_requests.target)
+-- whose generation requests failed (>= 500, or no answer) at least unhealthy_threshold times
+-- while every liveness probe of the same backend in that stretch (a GET of /health, /v1/models,
+-- ...) answered OK, at least one of them.
 CREATE OR REPLACE VIEW wedged_backend AS
 WITH failures AS (
     SELECT run_id, shard_idx, start_ns AS ts_ns, span_id FROM all_spans
@@ -35,6 +39,26 @@ probed AS (
             WHERE s.run_id = f.run_id AND s.shard_idx = f.shard_idx AND s.state = 'dead')
                AS dead_ns
     FROM per_shard f
+),
+http_failures AS (
+    SELECT run_id, target, count(*) AS failures, min(start_ns) AS first_ns,
+           max(coalesce(end_ns, start_ns)) AS last_ns, list(span_id ORDER BY start_ns)[1:5]
+               AS sample_ids
+    FROM http_requests
+    WHERE model_endpoint AND NOT internal AND target IS NOT NULL
+      AND (http_status >= 500 OR (outcome = 'error' AND http_status IS NULL))
+    GROUP BY run_id, target
+),
+http_probed AS (
+    SELECT f.*,
+           (SELECT count(*) FROM http_requests p
+            WHERE p.run_id = f.run_id AND p.target = f.target AND p.probe AND p.outcome = 'ok'
+              AND p.start_ns BETWEEN f.first_ns AND f.last_ns) AS probes_ok,
+           (SELECT count(*) FROM http_requests p
+            WHERE p.run_id = f.run_id AND p.target = f.target AND p.probe
+              AND p.outcome = 'error' AND p.start_ns BETWEEN f.first_ns AND f.last_ns)
+               AS probes_failed
+    FROM http_failures f
 )
 SELECT
     p.run_id,
@@ -56,5 +80,24 @@ SELECT
     CAST(NULL AS VARCHAR) AS caused_by,
     p.shard_idx
 FROM probed p
+JOIN run_thresholds t ON t.run_id = p.run_id
+WHERE p.failures >= t.unhealthy_threshold AND p.probes_ok > 0 AND p.probes_failed = 0
+UNION ALL
+SELECT
+    p.run_id,
+    'p5-' || substr(md5(p.run_id || p.target || p.first_ns), 1, 10) AS incident_id,
+    'wedged_backend' AS kind,
+    'critical' AS severity,
+    p.first_ns AS start_ns,
+    p.last_ns AS end_ns,
+    'backend ' || p.target AS subject,
+    format('Backend {} answered all {} liveness probes while failing {} generations from '
+           '{:.1f} s to {:.1f} s.',
+           p.target, p.probes_ok, p.failures, (p.first_ns - t.origin_ns) / 1e9,
+           (p.last_ns - t.origin_ns) / 1e9) AS summary,
+    p.sample_ids AS evidence,
+    CAST(NULL AS VARCHAR) AS caused_by,
+    CAST(NULL AS INTEGER) AS shard_idx
+FROM http_probed p
 JOIN run_thresholds t ON t.run_id = p.run_id
 WHERE p.failures >= t.unhealthy_threshold AND p.probes_ok > 0 AND p.probes_failed = 0

@@ -15,10 +15,13 @@ SELECT
     format('Snapshot {}: the {} prepare ran {:.1f} s and was not ready{}{}; the coordinator '
            'stopped at stage {}.',
            o.checkpoint_id, o.participant_kind, o.duration_s,
-           CASE WHEN coalesce(o.blockers, 0) > 0
+           CASE WHEN coalesce(o.blockers, 0) > 0 AND o.blocker_keys IS NOT NULL
                 THEN format(': {} response(s) already streaming ({})', o.blockers,
                             array_to_string(CAST(json_extract_string(o.blocker_keys, '$[*]')
                                                  AS VARCHAR[])[1:5], ', '))
+                -- the draft checkpoint telemetry counts the blockers but names none
+                WHEN coalesce(o.blockers, 0) > 0
+                THEN format(': {} blocker(s)', o.blockers)
                 ELSE '' END,
            CASE WHEN coalesce(o.running, 0) + coalesce(o.parked_without_boundary, 0) > 0
                 THEN format(' ({} running, {} parked without a boundary)',

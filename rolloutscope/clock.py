@@ -1,9 +1,19 @@
-"""The clock a deadline reads and sets its timer on: injected, so tests never sleep.
+"""Clocks: what time-reading code is handed, so that nothing reads the wall clock on its own.
 
-``LoopClock`` is what the controller's ``_Deadline`` uses through ``asyncio.timeout``: the
-running loop's monotonic ``time()`` and ``call_at``. ``ManualClock`` is the in-memory fake
-shipped beside it: time moves only on ``advance``, which runs every timer that falls due, in
-due order, with ``now()`` reading each timer's due time while it runs.
+One module for every clock the project passes around (ground floor: it imports nothing above):
+
+- ``Clock``: ``now()`` in seconds. The checkpoint participants, the deadline registry and the
+  coordinator read it.
+- ``TimeFn``: a bare callable returning seconds, the shape ``GenerationFleetHealth`` takes.
+- ``DeadlineClock``: ``now()`` plus ``call_at(when, callback)``, what the controller's
+  ``_Deadline`` uses through ``asyncio.timeout``.
+- ``LoopClock``: the running asyncio loop's clock, the live implementation of ``DeadlineClock``.
+- ``ManualClock``: moves only when told to; satisfies both protocols. Timers armed on it run on
+  ``advance``/``set``, in due order, with ``now()`` reading each timer's due time while it runs.
+
+The replay engine's ``Scheduler`` owns a ``ManualClock`` and writes its ``t`` directly, once per
+event, on its hot path; it keeps its own event queue, so nothing is ever armed on that clock and
+a read of ``clock.t`` stays one attribute load.
 """
 
 from __future__ import annotations
@@ -14,22 +24,20 @@ import itertools
 from collections.abc import Callable
 from typing import Protocol
 
-# An interval gets its open marker (emit_open_marker) only once it has lasted this long. Most
-# deadlines and control calls end within milliseconds: a marker for them is a wasted row, and
-# when a marker and its span's end reach the store in one commit the writer keeps the marker,
-# so the view would show a finished interval as still open.
-OPEN_MARKER_AFTER_S = 1.0
+TimeFn = Callable[[], float]
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Seconds since the start of the run (or monotonic seconds, live)."""
+        ...
 
 
 class TimerHandle(Protocol):
     def cancel(self) -> None: ...
 
 
-class DeadlineClock(Protocol):
-    def now(self) -> float:
-        """Monotonic seconds."""
-        ...
-
+class DeadlineClock(Clock, Protocol):
     def call_at(self, when: float, callback: Callable[[], None]) -> TimerHandle:
         """Run ``callback`` once ``now() >= when``, unless the handle is cancelled first."""
         ...
@@ -60,7 +68,9 @@ class _ManualTimer:
 
 
 class ManualClock:
-    """A clock that moves only when told to."""
+    """A clock that moves only when told to: the engine's virtual clock and every test's."""
+
+    __slots__ = ("t", "_timers", "_seq")
 
     def __init__(self, t: float = 0.0) -> None:
         self.t = t
@@ -78,9 +88,17 @@ class ManualClock:
     def advance(self, dt: float) -> None:
         if dt < 0:
             raise ValueError("a clock does not go backwards")
-        target = self.t + dt
-        while self._timers and self._timers[0][0] <= target:
-            when, _, timer = heapq.heappop(self._timers)
+        self._run_until(self.t + dt)
+
+    def set(self, t: float) -> None:
+        if t < self.t:
+            raise ValueError(f"a clock does not go backwards ({t} < {self.t})")
+        self._run_until(t)
+
+    def _run_until(self, target: float) -> None:
+        timers = self._timers
+        while timers and timers[0][0] <= target:
+            when, _, timer = heapq.heappop(timers)
             if timer.cancelled:
                 continue
             self.t = max(self.t, when)

@@ -1,0 +1,175 @@
+"""Driving ``rolloutscope dashboard`` / ``rolloutscope serve`` in Debian's Chromium for runs that
+are not rolloutscope's own: a Gym run, an empty store, a store whose spans name no run, OTel's
+example payloads, a live collector before its first span.
+
+Each server runs as its own process, so its log can be read for tracebacks. Waits poll the page
+with deadlines; nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.dashboard.test_browser import CHROMIUM, FLAGS, PLOT_PIXELS_JS, TIMEOUT_MS
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+TABS = ("Overview", "Timeline", "Checkpoints", "Fleet", "Rollouts", "Traces", "Incident",
+        "Replay")
+
+
+@contextmanager
+def served(cmd: list[str], ready: str, timeout_s: float = 90.0):
+    """Run a rolloutscope server command; yield (url, log lines) once it prints ``ready``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    proc = subprocess.Popen([sys.executable, "-m", "rolloutscope", *cmd],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, start_new_session=True)
+    lines: list[str] = []
+    selector = selectors.DefaultSelector()
+    selector.register(proc.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout_s
+    url = None
+    while url is None:
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            raise RuntimeError(f"{cmd[0]} did not start: {''.join(lines)}")
+        if selector.select(timeout=1.0):
+            line = proc.stdout.readline()
+            lines.append(line)
+            if ready in line:
+                url = line.split(ready, 1)[1].split()[0]
+    reader = _Reader(proc, lines)
+    try:
+        yield url, reader
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        reader.drain()
+
+
+class _Reader:
+    """The server's output so far (read without blocking) and at the end."""
+
+    def __init__(self, proc: subprocess.Popen, lines: list[str]) -> None:
+        self.proc, self.lines = proc, lines
+        os.set_blocking(proc.stdout.fileno(), False)
+
+    def drain(self) -> str:
+        try:
+            rest = self.proc.stdout.read()
+        except (OSError, ValueError):
+            rest = None
+        if rest:
+            self.lines.append(rest)
+        return "".join(self.lines)
+
+    def text(self) -> str:
+        return self.drain()
+
+
+@contextmanager
+def browser_page():
+    if not shutil.which(CHROMIUM) and not CHROMIUM.startswith("/"):
+        pytest.skip("chromium is not installed (scripts/setup.sh --browser)")
+    with playwright_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
+        page = ctx.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        errors: list[str] = []
+        page.on("console", lambda m: errors.append(f"{m.text} at {m.location.get('url')}")
+                if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.errors = errors
+        try:
+            yield page
+        finally:
+            ctx.close()
+            browser.close()
+
+
+def open_page(page, url: str) -> None:
+    page.goto(url)
+    page.wait_for_function("() => window.Bokeh && window.Bokeh.documents.length > 0")
+
+
+def open_tab(page, name: str) -> None:
+    page.locator(".bk-tab", has_text=name).first.click()
+
+
+def plots_drawn(page, count: int, drawn: int | None = None) -> list:
+    """Wait until ``count`` plots are on screen and the first ``drawn`` of them (default: all)
+    drew; their [top, left, height, coloured pixels], top first."""
+    page.wait_for_function(
+        f"([n, d]) => {{ const p = ({PLOT_PIXELS_JS})(); "
+        "return p.length >= n && p.slice(0, d).every((x) => x[3] > 200); }",
+        arg=[count, count if drawn is None else drawn], timeout=TIMEOUT_MS)
+    return page.evaluate(PLOT_PIXELS_JS)
+
+
+def text_shown(page, text: str) -> None:
+    page.get_by_text(text).first.wait_for()
+
+
+def no_traceback(log: str) -> None:
+    assert "Traceback" not in log and "KeyError" not in log, log[-4000:]
+
+
+def check_every_tab(db: Path, shots: Path, *, rollout: str) -> None:
+    """Every tab of a Gym run's dashboard drawn, the trace of ``rollout`` drawn as a waterfall,
+    no console error, no traceback in the server's log; a screenshot of each tab."""
+    with served(["dashboard", str(db), "--port", "0", "--no-browser"], "dashboard: ") as (
+            url, log), browser_page() as page:
+        open_page(page, url)
+        text_shown(page, "Gym rollouts finished")
+        text_shown(page, "What this run holds")
+        page.screenshot(path=str(shots / "overview.png"), full_page=True)
+        open_tab(page, "Timeline")
+        lanes, serving = plots_drawn(page, 2, drawn=1)  # no shard: the serving plot is bare
+        assert serving[3] < 200
+        text_shown(page, "showing 5 of 5 rollouts (all)")
+        page.screenshot(path=str(shots / "timeline.png"), full_page=True)
+        open_tab(page, "Checkpoints")
+        text_shown(page, "No checkpoint telemetry in this run")
+        page.screenshot(path=str(shots / "checkpoints.png"), full_page=True)
+        open_tab(page, "Fleet")
+        text_shown(page, "No generation-fleet health telemetry in this run")
+        page.locator(".tabulator-cell", has_text="policy_model").first.wait_for()
+        page.screenshot(path=str(shots / "fleet.png"), full_page=True)
+        open_tab(page, "Rollouts")
+        page.locator(".tabulator-cell", has_text=rollout).first.wait_for()
+        page.locator(".tabulator-cell", has_text="gym.model.responses").first.wait_for()
+        page.locator(".tabulator-cell", has_text="gym.rollout.duration_ms").first.wait_for()
+        page.screenshot(path=str(shots / "rollouts.png"), full_page=True)
+        # picking a Gym rollout opens its trace
+        page.locator(".tabulator-row", has_text=rollout).first.click()
+        text_shown(page, "55 spans; red = failed")
+        picked = page.locator("select").first.evaluate("s => s.options[s.selectedIndex].text")
+        assert f"rollout {rollout} (finished" in picked
+        drawn = plots_drawn(page, 1)
+        assert drawn[0][2] > 55 * 15  # a row for each of the rollout's 55 spans
+        page.locator(".tabulator-cell", has_text="nemo.gym.rollout.id").first.wait_for()
+        page.screenshot(path=str(shots / "traces.png"), full_page=True)
+        open_tab(page, "Incident")
+        text_shown(page, "No incident in this run yet")
+        page.screenshot(path=str(shots / "incident.png"), full_page=True)
+        open_tab(page, "Replay")
+        text_shown(page, "No replay to compare with: this file holds one run")
+        page.screenshot(path=str(shots / "replay.png"), full_page=True)
+        assert page.errors == []
+    no_traceback(log.text())
