@@ -16,10 +16,10 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from rolloutscope.collectors.instrument import (
     Deadline,
     GymCheckpointMiddleware,
-    ManualClock,
     ObservedFleetHealth,
 )
-from rolloutscope.collectors.instrument.clock import OPEN_MARKER_AFTER_S
+from rolloutscope.clock import ManualClock
+from rolloutscope.collectors.instrument.markers import OPEN_MARKER_AFTER_S
 from rolloutscope.replay.participants.fleet_health import FleetHealthConfig, GenerationFleetHealth
 
 CK = "/ng-control/v1/checkpoint"
