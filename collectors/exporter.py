@@ -31,7 +31,8 @@ from opentelemetry.sdk.trace.export import (
 )
 
 from rolloutscope.store.errors import QueueFullError
-from rolloutscope.store.rows import RowBatch, attributes_json
+from rolloutscope.store.fit import ColumnFitError
+from rolloutscope.store.rows import RowBatch, attributes_json, span_problem
 from rolloutscope.store.store import RunStore
 from rolloutscope.vocabulary import Attr, ResourceAttr
 
@@ -93,17 +94,30 @@ def _hex_span(value: int) -> str:
 
 
 class SpanEncoder:
-    """Pure encoding of SDK spans into a RowBatch; caches each Resource's JSON."""
+    """Pure encoding of SDK spans into a RowBatch; caches each Resource's JSON.
+
+    A span with a value its column cannot hold (``rolloutscope.store.fit``) is left out and
+    counted in ``rejected``, with the first reason in ``problem``: one bad span never costs the
+    batch it came in."""
 
     def __init__(self) -> None:
         self._resources: dict[int, tuple[Resource, str | None, str | None, str | None]] = {}
+        self.rejected = 0
+        self.problem: str | None = None
 
     def _resource(self, resource: Resource) -> tuple[str | None, str | None, str | None]:
         cached = self._resources.get(id(resource))
         if cached is None or cached[0] is not resource:
             attrs = resource.attributes
-            cached = (resource, attributes_json(attrs), attrs.get(ResourceAttr.SERVICE_NAME),
-                      attrs.get(ResourceAttr.RUN_ID))
+            service, run_id = (attrs.get(ResourceAttr.SERVICE_NAME),
+                               attrs.get(ResourceAttr.RUN_ID))
+            try:
+                resource_json = attributes_json(attrs)
+            except ColumnFitError:
+                resource_json = None
+            # the decoder's rule for a resource's ids: text as sent, anything else as text
+            cached = (resource, resource_json, None if service is None else str(service),
+                      None if run_id is None else str(run_id))
             if len(self._resources) > 1024:
                 self._resources.clear()
             self._resources[id(resource)] = cached
@@ -127,19 +141,37 @@ class SpanEncoder:
             scope = span.instrumentation_scope
             events = _finished_events(span)
             links = _finished_links(span)
-            append(
-                run_id, format(ctx.trace_id, "032x"), format(ctx.span_id, "016x"),
-                None if parent is None else format(parent.span_id, "016x"), span.name,
-                # ``_name_`` is the enum member's own attribute: ``.name`` and hashing the
-                # member for a dict lookup both run Python code
-                span.kind._name_, service, span.start_time, span.end_time,
-                status.status_code._name_, status.description,
-                _plain_attributes(span), resource_json,
-                None if scope is None else scope.name,
-                [(e.name, e.timestamp, e.attributes) for e in events] if events else None,
-                [(_hex_trace(lk.context.trace_id), _hex_span(lk.context.span_id),
-                  lk.attributes) for lk in links] if links else None,
-            )
+            name, description = span.name, status.description
+            scope_name = None if scope is None else scope.name
+            start, end = span.start_time, span.end_time
+            try:
+                # the SDK stores whatever the instrumented code passed: the span's own scalars
+                # are checked here (RowBatch checks promoted attributes, attributes, events);
+                # the literals are INT64_MIN / INT64_MAX
+                if not (type(start) is int and type(end) is int
+                        and -9223372036854775808 <= start <= 9223372036854775807
+                        and -9223372036854775808 <= end <= 9223372036854775807
+                        and type(name) is str and (description is None or type(description) is str)
+                        and (scope_name is None or type(scope_name) is str)):
+                    raise ColumnFitError(span_problem(start, end, name=name,
+                                                      status_message=description,
+                                                      scope=scope_name))
+                append(
+                    run_id, format(ctx.trace_id, "032x"), format(ctx.span_id, "016x"),
+                    None if parent is None else format(parent.span_id, "016x"), name,
+                    # ``_name_`` is the enum member's own attribute: ``.name`` and hashing the
+                    # member for a dict lookup both run Python code
+                    span.kind._name_, service, start, end,
+                    status.status_code._name_, description,
+                    _plain_attributes(span), resource_json, scope_name,
+                    [(e.name, e.timestamp, e.attributes) for e in events] if events else None,
+                    [(_hex_trace(lk.context.trace_id), _hex_span(lk.context.span_id),
+                      lk.attributes) for lk in links] if links else None,
+                )
+            except ColumnFitError as exc:
+                self.rejected += 1
+                if self.problem is None:
+                    self.problem = f"span {format(ctx.span_id, '016x')}: {exc}"
         return batch
 
 
@@ -161,17 +193,24 @@ class StoreSpanExporter(SpanExporter):
         if self._shutdown:
             self._count_drop(len(spans), "exporter is shut down")
             return SpanExportResult.FAILURE
+        written = len(spans)
         try:
-            batch = self._encoder.encode(spans)
+            encoder = self._encoder  # the processor's one worker thread calls export
+            batch = encoder.encode(spans)
+            if encoder.rejected:
+                # the spans that cannot be stored are dropped; the rest of the batch goes on
+                written -= encoder.rejected
+                self._count_drop(encoder.rejected, f"cannot be stored: {encoder.problem}")
+                encoder.rejected, encoder.problem = 0, None
             self._writer.submit(batch, block=True, timeout=self._submit_timeout_s)
         except QueueFullError as exc:
-            self._count_drop(len(spans), str(exc))
+            self._count_drop(written, str(exc))
             return SpanExportResult.FAILURE
         except Exception as exc:  # noqa: BLE001 - never raise into the observed process
-            self._count_drop(len(spans), f"{type(exc).__name__}: {exc}")
+            self._count_drop(written, f"{type(exc).__name__}: {exc}")
             return SpanExportResult.FAILURE
         with self._lock:
-            self.exported_spans += len(spans)
+            self.exported_spans += written
         return SpanExportResult.SUCCESS
 
     def _count_drop(self, n: int, why: str) -> None:

@@ -1,19 +1,32 @@
 """Read-only SQL over the run store, for readers while the collector writes.
 
 DuckDB lets no second process open a file that one process writes, so notebooks and scripts
-query a live run through the collector. Three layers keep a query from changing or escaping the
-store: (1) exactly one statement, of type SELECT (``SHOW``/``DESCRIBE``/``FROM t``/``PRAGMA``
-reads are SELECTs to DuckDB); (2) no function with a side effect on the file
-(``checkpoint()``, ``nextval()``); (3) the service opens the store with
-``enable_external_access = false``, so no statement can read or write other files, attach
-databases or install/load extensions. Each query has a time limit (DuckDB's ``interrupt``)
-and a row limit.
+query a live run through the collector. What keeps a query from changing or escaping the store
+is decided on DuckDB's own parse of the statement that will run, never on its text:
+
+1. exactly one statement, of type SELECT (``SHOW``/``DESCRIBE``/``SUMMARIZE``/``FROM t`` are
+   SELECTs to DuckDB; ``PRAGMA``, ``CALL``, ``SET`` are not);
+2. its parse tree (``json_serialize_sql``) is walked for every table function: only those that
+   read nothing but the store's catalog or generate values are allowed
+   (``ALLOWED_TABLE_FUNCTIONS``), ``query('…')`` is parsed the same way, recursively, and
+   ``query_table('…')`` must name the store's tables or views; a scalar function with a side
+   effect (``nextval``) is refused;
+3. the service opens the store with ``enable_external_access = false``, so nothing can read or
+   write other files, attach databases or install extensions whatever got through.
+
+Each query runs in a worker thread, off the event loop that receives OTLP: the query, the
+fetch and the serialisation to Arrow IPC or JSON all happen there, under one deadline (DuckDB's
+``interrupt`` while it executes, a check between result batches while serialising), within a
+row limit and a byte limit on the result, and within DuckDB's memory limit for the store (set by
+the service). At most ``max_concurrent`` run at once and ``max_waiting`` wait; past that the
+endpoint answers 429.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,13 +38,26 @@ import pyarrow as pa
 
 from rolloutscope.collectors.otlp.errors import BadRequestError, PayloadTooLargeError
 
-# Functions that write to the store even inside a SELECT.
-WRITING_FUNCTIONS = frozenset({"checkpoint", "force_checkpoint", "nextval"})
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
+MiB = 1024 * 1024
+
+# Scalar functions that write to the store even inside a SELECT (or reveal the process's
+# environment where external access is on).
+REFUSED_FUNCTIONS = frozenset({"checkpoint", "force_checkpoint", "nextval", "setval",
+                               "getenv"})
+# Table functions a query may call: generators, and readers of the store's own catalog.
+# Everything else (checkpoint(), read_csv(), duckdb_secrets(), ...) is refused.
+ALLOWED_TABLE_FUNCTIONS = frozenset({
+    "range", "generate_series", "unnest", "json_each", "json_tree",
+    "duckdb_tables", "duckdb_views", "duckdb_columns", "duckdb_constraints", "duckdb_indexes",
+    "duckdb_schemas", "duckdb_types", "duckdb_functions", "duckdb_keywords", "duckdb_settings",
+    "duckdb_databases", "pragma_table_info", "pragma_storage_info",
+})
+_NESTED_QUERY_DEPTH = 4
 
 
 class QueryRefusedError(BadRequestError):
-    """The statement is not a read-only query."""
+    """The statement is not a read-only query over the store."""
 
     status = 403
 
@@ -46,27 +72,41 @@ class QueryTimeoutError(BadRequestError):
         super().__init__("query_timeout", f"query exceeded its time limit of {timeout_s:g} s")
 
 
+class QueryBusyError(BadRequestError):
+    status = 429
+
+    def __init__(self, running: int) -> None:
+        super().__init__("query_busy", f"{running} queries are running or waiting, the limit; "
+                                       f"retry")
+
+
 @dataclass(frozen=True, kw_only=True)
 class QueryLimits:
     timeout_s: float = 30.0
     max_rows: int = 5_000_000
+    max_result_bytes: int = 128 * MiB
     max_concurrent: int = 2
+    max_waiting: int = 8
+    max_sql_bytes: int = 1 * MiB
+
+    def __post_init__(self) -> None:
+        if not self.timeout_s > 0:
+            raise ValueError(f"the query time limit must be positive, got {self.timeout_s}")
+        for name in ("max_rows", "max_result_bytes", "max_concurrent", "max_sql_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
 
 
-def _function_names(node: Any) -> Iterator[str]:
-    if isinstance(node, dict):
-        name = node.get("function_name")
-        if isinstance(name, str):
-            yield name.lower()
-        for value in node.values():
-            yield from _function_names(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _function_names(value)
+@dataclass(frozen=True)
+class QueryResult:
+    body: bytes | bytearray | memoryview
+    content_type: str
+    rows: int
 
 
-def check_read_only(cur: duckdb.DuckDBPyConnection, sql: str) -> str:
-    """The one read-only statement in ``sql``; raises ``QueryRefusedError`` otherwise."""
+# -- refusal, on DuckDB's parse ----------------------------------------------------------
+def _parse_tree(cur: duckdb.DuckDBPyConnection, sql: str) -> tuple[Any, str]:
+    """(parse tree, statement text) of the one SELECT in ``sql``."""
     try:
         statements = cur.extract_statements(sql)
     except duckdb.PermissionException as exc:
@@ -82,11 +122,101 @@ def check_read_only(cur: duckdb.DuckDBPyConnection, sql: str) -> str:
                                 f"read-only and accepts one SELECT")
     tree = orjson.loads(cur.execute("SELECT json_serialize_sql(?)", [statement.query])
                         .fetchall()[0][0])
-    writing = sorted(set(_function_names(tree)) & WRITING_FUNCTIONS)
-    if writing:
-        raise QueryRefusedError(f"function(s) {', '.join(writing)} write to the store and are "
-                                f"refused")
-    return statement.query
+    if tree.get("error"):
+        raise QueryRefusedError(f"the statement cannot be analysed, so it is refused: "
+                                f"{tree.get('error_message', 'unknown error')}")
+    return tree, statement.query
+
+
+def _nodes(node: Any) -> Iterator[dict]:
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from _nodes(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _nodes(value)
+
+
+def _constant_texts(arg: dict) -> list[str] | None:
+    """The text constants of a table function's argument (a string or a list of strings)."""
+    if arg.get("class") == "CONSTANT":
+        value = arg.get("value") or {}
+        if (value.get("type") or {}).get("id") == "VARCHAR" and not value.get("is_null"):
+            return [value["value"]]
+        return None
+    if arg.get("class") == "FUNCTION" and arg.get("function_name") == "list_value":
+        texts = [_constant_texts(child) for child in arg.get("children", [])]
+        if all(t is not None and len(t) == 1 for t in texts):
+            return [t[0] for t in texts]
+    return None
+
+
+def _store_relations(cur: duckdb.DuckDBPyConnection) -> set[str]:
+    rows = cur.execute("SELECT table_name FROM duckdb_tables() WHERE NOT internal UNION "
+                       "SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()
+    return {name.lower() for (name,) in rows}
+
+
+def _check_tree(cur: duckdb.DuckDBPyConnection, tree: Any, depth: int) -> None:
+    relations: set[str] | None = None
+    for node in _nodes(tree):
+        if node.get("type") == "TABLE_FUNCTION" and isinstance(node.get("function"), dict):
+            function = node["function"]
+            name = str(function.get("function_name", "")).lower()
+            args = function.get("children") or []
+            if name == "query":
+                texts = _constant_texts(args[0]) if len(args) == 1 else None
+                if texts is None or len(texts) != 1:
+                    raise QueryRefusedError("query() must be given one constant SELECT")
+                if depth >= _NESTED_QUERY_DEPTH:
+                    raise QueryRefusedError("query() nested too deep")
+                inner, _ = _parse_tree(cur, texts[0])
+                _check_tree(cur, inner, depth + 1)
+            elif name == "query_table":
+                texts = _constant_texts(args[0]) if args else None
+                if relations is None:
+                    relations = _store_relations(cur)
+                if texts is None or any(t.lower() not in relations for t in texts):
+                    raise QueryRefusedError("query_table() may name only the store's tables "
+                                            "and views, as constants")
+            elif name not in ALLOWED_TABLE_FUNCTIONS:
+                raise QueryRefusedError(
+                    f"table function {name}() is refused: the query endpoint reads the store's "
+                    f"tables and views (and generators such as range())")
+        elif node.get("class") == "FUNCTION":
+            name = str(node.get("function_name", "")).lower()
+            if name in REFUSED_FUNCTIONS:
+                raise QueryRefusedError(f"function {name}() writes to the store or leaves it, "
+                                        f"and is refused")
+
+
+def check_read_only(cur: duckdb.DuckDBPyConnection, sql: str) -> str:
+    """The one read-only statement in ``sql``; raises ``QueryRefusedError`` otherwise."""
+    tree, statement = _parse_tree(cur, sql)
+    _check_tree(cur, tree, 0)
+    return statement
+
+
+# -- running -----------------------------------------------------------------------------
+class _Deadline:
+    """One deadline for a query: interrupts DuckDB when it passes."""
+
+    def __init__(self, cur: duckdb.DuckDBPyConnection, at: float) -> None:
+        self.at = at
+        self._timer = threading.Timer(max(0.0, at - time.monotonic()), cur.interrupt)
+        self._timer.daemon = True
+
+    @property
+    def passed(self) -> bool:
+        return time.monotonic() >= self.at
+
+    def __enter__(self) -> _Deadline:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
 
 
 class QueryEngine:
@@ -97,50 +227,118 @@ class QueryEngine:
         self.limits = limits
         self._pool = ThreadPoolExecutor(max_workers=limits.max_concurrent,
                                         thread_name_prefix="rolloutscope-query")
+        self._pending = 0
 
-    async def run(self, sql: str) -> pa.Table:
+    async def run(self, sql: str, fmt: str = "arrow") -> QueryResult:
+        """The serialised result of ``sql`` (``fmt``: arrow or json)."""
+        if self._pending >= self.limits.max_concurrent + self.limits.max_waiting:
+            raise QueryBusyError(self._pending)
+        deadline = time.monotonic() + self.limits.timeout_s
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self.run_blocking, sql)
+        self._pending += 1
+        try:
+            return await loop.run_in_executor(self._pool, self.run_blocking, sql, fmt, deadline)
+        finally:
+            self._pending -= 1
 
-    def run_blocking(self, sql: str) -> pa.Table:
+    def run_blocking(self, sql: str, fmt: str = "arrow",
+                     deadline: float | None = None) -> QueryResult:
+        limits = self.limits
+        at = deadline if deadline is not None else time.monotonic() + limits.timeout_s
         with self._store.cursor() as cur:
             # a SELECT must not scan Python objects of this process by name
             cur.execute("SET python_enable_replacements = false")
             statement = check_read_only(cur, sql)
-            timer = threading.Timer(self.limits.timeout_s, cur.interrupt)
-            timer.start()
-            try:
-                reader = cur.execute(statement).fetch_record_batch(64 * 1024)
-                batches, rows = [], 0
-                for record_batch in reader:
-                    rows += record_batch.num_rows
-                    if rows > self.limits.max_rows:
-                        raise PayloadTooLargeError(
-                            "too_many_rows", f"result exceeds {self.limits.max_rows} rows; "
-                                             f"add a LIMIT or aggregate")
-                    batches.append(record_batch)
-                return pa.Table.from_batches(batches, schema=reader.schema)
-            except duckdb.InterruptException:
-                raise QueryTimeoutError(self.limits.timeout_s) from None
-            except duckdb.PermissionException as exc:
-                raise QueryRefusedError(f"statement touches files outside the store: "
-                                        f"{exc}") from None
-            except duckdb.Error as exc:
-                raise BadRequestError("sql_error", f"query failed: {exc}") from None
-            finally:
-                timer.cancel()
+            with _Deadline(cur, at) as timer:
+                if timer.passed:  # it waited its whole time for a worker
+                    raise QueryTimeoutError(limits.timeout_s)
+                try:
+                    return self._fetch(cur, statement, fmt, timer)
+                except (QueryTimeoutError, PayloadTooLargeError):
+                    raise
+                except duckdb.OutOfMemoryException as exc:
+                    raise PayloadTooLargeError(
+                        "query_out_of_memory", f"query needs more memory than the store's "
+                                               f"limit ({exc}); aggregate or filter it") from None
+                except duckdb.PermissionException as exc:
+                    raise QueryRefusedError(f"statement touches files outside the store: "
+                                            f"{exc}") from None
+                except Exception as exc:
+                    # an interrupt surfaces as InterruptException while executing, and as an
+                    # OSError from the Arrow reader while fetching: the deadline says which
+                    if timer.passed or isinstance(exc, duckdb.InterruptException):
+                        raise QueryTimeoutError(limits.timeout_s) from None
+                    if isinstance(exc, duckdb.Error | pa.ArrowException | OSError):
+                        raise BadRequestError("sql_error", f"query failed: {exc}") from None
+                    raise
+
+    def _fetch(self, cur: duckdb.DuckDBPyConnection, statement: str, fmt: str,
+               timer: _Deadline) -> QueryResult:
+        limits = self.limits
+        result = cur.execute(statement)
+        reader = result.to_arrow_reader(64 * 1024)
+        out = _JsonOut(reader.schema) if fmt == "json" else _ArrowOut(reader.schema)
+        rows = 0
+        for batch in reader:
+            rows += batch.num_rows
+            if rows > limits.max_rows:
+                raise PayloadTooLargeError("too_many_rows",
+                                           f"result exceeds {limits.max_rows} rows; add a "
+                                           f"LIMIT or aggregate")
+            out.write(batch)
+            if out.size > limits.max_result_bytes:
+                raise PayloadTooLargeError(
+                    "result_too_large", f"result exceeds {limits.max_result_bytes} bytes; "
+                                        f"select fewer columns or rows, or aggregate")
+            if timer.passed:
+                raise QueryTimeoutError(limits.timeout_s)
+        return QueryResult(out.finish(), out.content_type, rows)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-def arrow_ipc(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
+class _ArrowOut:
+    content_type = ARROW_STREAM
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self._sink = pa.BufferOutputStream()
+        self._writer = pa.ipc.new_stream(self._sink, schema)
+
+    @property
+    def size(self) -> int:
+        return self._sink.tell()
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        self._writer.write_batch(batch)
+
+    def finish(self) -> memoryview:
+        self._writer.close()
+        return memoryview(self._sink.getvalue())
 
 
-def json_rows(table: pa.Table) -> bytes:
-    return orjson.dumps({"columns": table.column_names, "rows": table.to_pylist()},
-                        default=str, option=orjson.OPT_SERIALIZE_NUMPY)
+class _JsonOut:
+    """``{"columns": [...], "rows": [{...}, ...]}``, written batch by batch."""
+
+    content_type = "application/json"
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self._out = bytearray(b'{"columns":' + orjson.dumps(schema.names) + b',"rows":[')
+        self._first = True
+
+    @property
+    def size(self) -> int:
+        return len(self._out)
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if not batch.num_rows:
+            return
+        rows = orjson.dumps(batch.to_pylist(), default=str, option=orjson.OPT_SERIALIZE_NUMPY)
+        if not self._first:
+            self._out += b","
+        self._out += memoryview(rows)[1:-1]
+        self._first = False
+
+    def finish(self) -> bytearray:
+        self._out += b"]}"
+        return self._out

@@ -10,15 +10,21 @@ and that order is the durability contract on shutdown:
 
 So SIGTERM/SIGINT lose nothing that was queued, and a 2xx/OK was only ever sent after the
 commit of its rows.
+
+Nothing a sender does can exhaust it: the memory held for requests is bounded in bytes
+(``InflightBudget``), the HTTP server's connections in number and idle time
+(``ConnectionLimiter`` and aiohttp's keep-alive timeout as the header timeout), the gRPC
+server's by its own options, DuckDB's memory by ``memory_limit``, and queries run off the event
+loop under their deadline (``QueryEngine``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import ipaddress
 import logging
+import resource
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -29,19 +35,16 @@ import grpc
 import orjson
 from aiohttp import web
 
+from rolloutscope.auth import bearer_token_matches
+from rolloutscope.collectors.otlp.budget import DEFAULT_INFLIGHT_BYTES, InflightBudget
+from rolloutscope.collectors.otlp.connections import ConnectionLimiter
 from rolloutscope.collectors.otlp.counters import COLLECTOR_SERVICE, CollectorCounters
 from rolloutscope.collectors.otlp.errors import BadRequestError
 from rolloutscope.collectors.otlp.grpc import BearerTokenInterceptor, OtlpGrpcHandlers
-from rolloutscope.collectors.otlp.http import OtlpHttpRoutes
+from rolloutscope.collectors.otlp.http import OtlpHttpRoutes, read_body
 from rolloutscope.collectors.otlp.limits import MiB, DecodeLimits
 from rolloutscope.collectors.otlp.receiver import CommitQueue, OtlpReceiver
-from rolloutscope.collectors.query import (
-    ARROW_STREAM,
-    QueryEngine,
-    QueryLimits,
-    arrow_ipc,
-    json_rows,
-)
+from rolloutscope.collectors.query import QueryEngine, QueryLimits
 from rolloutscope.store.rows import RowBatch
 from rolloutscope.store.store import RunStore
 
@@ -51,6 +54,10 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_HTTP_PORT = 4318
 DEFAULT_GRPC_PORT = 4317
 SELF_METRICS_INTERVAL_S = 10.0
+DEFAULT_MAX_CONNECTIONS = 512
+DEFAULT_STORE_MEMORY_MIB = 1024
+FDS_KEPT_BACK = 128  # descriptors left for the store's files, the dashboard and the rest
+GRPC_IDLE_MS = 5 * 60 * 1000  # a gRPC connection with no call for this long is closed
 
 
 class BindRefusedError(Exception):
@@ -72,13 +79,32 @@ class CollectorConfig:
     retry_after_s: float = 1.0
     drain_timeout_s: float = 30.0
     self_metrics_interval_s: float = SELF_METRICS_INTERVAL_S
+    max_inflight_bytes: int = DEFAULT_INFLIGHT_BYTES
+    """Bytes held for requests not yet answered (bodies, inflated bodies, decoded rows)."""
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    """Open connections per server (OTLP/HTTP, OTLP/gRPC); fewer if the fd limit is lower."""
+    header_timeout_s: float = 10.0
+    """A request head must arrive within this of connecting or of the previous response."""
+    body_timeout_s: float = 60.0
+    grpc_max_concurrent: int = 4
+    """gRPC exports being read, decoded or committed at once (each message is in memory)."""
+    store_memory_mib: int = DEFAULT_STORE_MEMORY_MIB
+    """DuckDB's memory limit for the run file (writer, views, queries); it spills past it."""
 
     def __post_init__(self) -> None:
         check_bind(self.host, self.token)
+        for name in ("max_inflight_bytes", "max_connections", "grpc_max_concurrent",
+                     "store_memory_mib"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("header_timeout_s", "body_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
 
 
 def is_loopback(host: str) -> bool:
-    """True when every address ``host`` resolves to is a loopback address."""
+    """True when every address ``host`` resolves to is a loopback address (127.0.0.0/8, ::1):
+    only this machine can reach it."""
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
@@ -104,12 +130,9 @@ class Endpoints:
 
 
 def _auth_middleware(token: str):
-    expected = f"Bearer {token}".encode()
-
     @web.middleware
     async def require_token(request: web.Request, handler):
-        given = request.headers.get("Authorization", "").encode()
-        if not hmac.compare_digest(given, expected):
+        if not bearer_token_matches(request.headers.get("Authorization"), token):
             return web.json_response(
                 {"error": {"problem": "unauthenticated",
                            "message": "missing or wrong bearer token"}},
@@ -127,6 +150,12 @@ class CollectorService:
         self.store: RunStore | None = None
         self._writer = None
         self._query: QueryEngine | None = None
+        self._budget = InflightBudget(config.max_inflight_bytes,
+                                      retry_after_s=config.retry_after_s)
+        http_max, grpc_max = connection_caps(config.max_connections)
+        self._limiter = ConnectionLimiter(max_connections=http_max,
+                                          retry_after_s=config.retry_after_s)
+        self._grpc_max_connections = grpc_max
         self._started = time.monotonic()
         self._stack: contextlib.AsyncExitStack | None = None
 
@@ -134,7 +163,9 @@ class CollectorService:
     async def _query_route(self, request: web.Request) -> web.Response:
         try:
             if request.method == "POST":
-                doc = orjson.loads(await request.read() or b"{}")
+                raw = await read_body(request, self.config.query.max_sql_bytes,
+                                      timeout_s=self.config.body_timeout_s)
+                doc = orjson.loads(raw or b"{}")
                 if not isinstance(doc, dict):
                     raise BadRequestError("invalid_json", "send a JSON object {\"sql\": ...}")
             else:
@@ -144,15 +175,16 @@ class CollectorService:
                 raise BadRequestError("missing_sql", "no SQL given: send {\"sql\": \"SELECT ...\"}")
             if fmt not in ("arrow", "json"):
                 raise BadRequestError("bad_format", f"format must be arrow or json, got {fmt!r}")
-            table = await self._query.run(sql)
+            result = await self._query.run(sql, fmt)
         except orjson.JSONDecodeError as exc:
             return _json_error(400, "invalid_json", f"body is not valid JSON: {exc}")
+        except ConnectionError:  # the reader went away mid-request
+            return web.Response(status=499)
         except BadRequestError as exc:
             self.counters.problems[exc.problem] += 1
-            return _json_error(exc.status, exc.problem, exc.message)
-        if fmt == "arrow":
-            return web.Response(body=arrow_ipc(table), content_type=ARROW_STREAM)
-        return web.Response(body=json_rows(table), content_type="application/json")
+            headers = {"Retry-After": "1"} if exc.status == 429 else None
+            return _json_error(exc.status, exc.problem, exc.message, headers)
+        return web.Response(body=result.body, content_type=result.content_type)
 
     async def _metrics_route(self, request: web.Request) -> web.Response:
         stats = self._writer.stats
@@ -162,6 +194,10 @@ class CollectorService:
                          "committed_rows": stats.committed_rows, "commits": stats.commits,
                          "rejected_rows": stats.rejected_rows, "failed_rows": stats.failed_rows,
                          "last_commit_ms": stats.last_commit_ms}
+        doc["inflight"] = {"bytes": self._budget.used, "peak_bytes": self._budget.peak,
+                           "max_bytes": self._budget.limit, "refused": self._budget.refused}
+        doc["connections"] = {"http": self._limiter.stats(),
+                              "grpc_max": self._grpc_max_connections}
         doc["uptime_s"] = time.monotonic() - self._started
         return web.Response(body=orjson.dumps(doc), content_type="application/json")
 
@@ -192,6 +228,9 @@ class CollectorService:
             # the store never reads or writes other files: no COPY/ATTACH/INSTALL, and no
             # query through the read endpoint can reach the file system (see query.py)
             cur.execute("SET enable_external_access = false")
+            # one limit for DuckDB in this process: the writer's appends, the dashboard's
+            # views and the query endpoint (it spills to the store's temp directory past it)
+            cur.execute(f"SET memory_limit = '{int(cfg.store_memory_mib)}MiB'")
         self._writer = self.store.writer(max_rows=cfg.commit_max_rows,
                                          max_delay_ms=cfg.commit_max_delay_ms,
                                          max_queued_rows=cfg.max_queued_rows)
@@ -202,6 +241,9 @@ class CollectorService:
         stack.callback(self.commit_self_metrics)  # the final counts, once the servers stopped
         receiver = OtlpReceiver(enqueue=commits.enqueue, limits=cfg.limits,
                                 counters=self.counters)
+        if self._limiter.max_connections < cfg.max_connections:
+            log.warning("at most %d connections per server: the open-file limit is %d",
+                        self._limiter.max_connections, _open_file_limit())
         grpc_port = await self._start_grpc(stack, receiver)
         http_port = await self._start_http(stack, receiver)
         host = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
@@ -211,19 +253,24 @@ class CollectorService:
 
     async def _start_http(self, stack: contextlib.AsyncExitStack, receiver: OtlpReceiver) -> int:
         cfg = self.config
-        middlewares = [_auth_middleware(cfg.token)] if cfg.token else []
+        middlewares = [self._limiter.middleware]
+        if cfg.token:
+            middlewares.append(_auth_middleware(cfg.token))
         app = web.Application(middlewares=middlewares,
                               client_max_size=cfg.limits.max_body_bytes + MiB)
-        OtlpHttpRoutes(receiver).add_to(app)
+        OtlpHttpRoutes(receiver, self._budget, body_timeout_s=cfg.body_timeout_s).add_to(app)
         app.router.add_route("*", "/v1/query", self._query_route)
         app.router.add_get("/metrics", self._metrics_route)
-        # auto_decompress off: the receiver inflates gzip itself, under a size limit
+        # auto_decompress off: the receiver inflates gzip itself, under a size limit. The
+        # keep-alive timeout is the header timeout: aiohttp closes a connection without a
+        # complete request head that long after it connected or after its last response.
         runner = web.AppRunner(app, auto_decompress=False, access_log=None,
-                               shutdown_timeout=cfg.drain_timeout_s)
+                               shutdown_timeout=cfg.drain_timeout_s,
+                               keepalive_timeout=cfg.header_timeout_s)
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
-        site = web.TCPSite(runner, cfg.host, cfg.http_port, reuse_address=True,
-                           shutdown_timeout=cfg.drain_timeout_s)
+        site = LimitedTCPSite(runner, cfg.host, cfg.http_port, limiter=self._limiter,
+                              reuse_address=True, shutdown_timeout=cfg.drain_timeout_s)
         await site.start()
         return site._server.sockets[0].getsockname()[1]
 
@@ -235,8 +282,13 @@ class CollectorService:
             interceptors=interceptors,
             options=[("grpc.max_receive_message_length", max_message),
                      ("grpc.max_send_message_length", 16 * MiB),
-                     ("grpc.so_reuseport", 0)])
-        server.add_generic_rpc_handlers(OtlpGrpcHandlers(receiver).generic_handlers())
+                     ("grpc.so_reuseport", 0),
+                     ("grpc.max_allowed_incoming_connections", self._grpc_max_connections),
+                     ("grpc.server_handshake_timeout_ms", int(cfg.header_timeout_s * 1000)),
+                     ("grpc.max_connection_idle_ms", GRPC_IDLE_MS)])
+        handlers = OtlpGrpcHandlers(receiver, self._budget,
+                                    max_concurrent=cfg.grpc_max_concurrent)
+        server.add_generic_rpc_handlers(handlers.generic_handlers())
         port = server.add_insecure_port(f"{cfg.host}:{cfg.grpc_port}")
         if port == 0:
             raise OSError(f"cannot listen for gRPC on {cfg.host}:{cfg.grpc_port}")
@@ -269,6 +321,47 @@ async def _cancel(task: asyncio.Task) -> None:
         await task
 
 
-def _json_error(status: int, problem: str, message: str) -> web.Response:
-    return web.Response(status=status, content_type="application/json",
+def _json_error(status: int, problem: str, message: str,
+                headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(status=status, content_type="application/json", headers=headers,
                         body=orjson.dumps({"error": {"problem": problem, "message": message}}))
+
+
+class LimitedTCPSite(web.TCPSite):
+    """aiohttp's TCP site with every connection admitted by a ``ConnectionLimiter``."""
+
+    def __init__(self, runner: web.BaseRunner, host: str, port: int, *,
+                 limiter: ConnectionLimiter, **kwargs) -> None:
+        super().__init__(runner, host, port, **kwargs)
+        self._limiter = limiter
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            self._limiter.protocol_factory(self._runner.server), self._host, self._port,
+            backlog=self._backlog, reuse_address=self._reuse_address,
+            reuse_port=self._reuse_port)
+        self._bound_port = self._server.sockets[0].getsockname()[1]
+
+
+def _open_file_limit() -> int:
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def connection_caps(configured: int) -> tuple[int, int]:
+    """Connections allowed to the HTTP and the gRPC server: ``configured`` each, fewer where
+    the process's open-file limit would not hold both plus ``FDS_KEPT_BACK``."""
+    share = max(16, (_open_file_limit() - FDS_KEPT_BACK) // 2)
+    cap = min(configured, share)
+    return cap, cap
+
+
+def raise_open_file_limit() -> int:
+    """Raise this process's soft open-file limit to its hard limit; returns the soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import panel as pn
 
 from rolloutscope.store import RunStore
+from rolloutscope.dashboard.auth import TokenAuthProvider
 from rolloutscope.dashboard.datastore import DataStore
 from rolloutscope.dashboard.defaults import DEFAULT_ADDRESS, DEFAULT_PORT
 from rolloutscope.dashboard.views import (
@@ -197,19 +198,22 @@ def _wait_listening(address: str, port: int, timeout_s: float) -> None:
 def start_dashboard(store: RunStore, *, port: int = 0, address: str = DEFAULT_ADDRESS,
                     live: bool, run_id: str | None = None, show: bool = False,
                     refresh_ms: int = REFRESH_MS, ready_timeout_s: float = 30.0,
-                    waiting_for: str | None = None) -> DashboardServer:
+                    waiting_for: str | None = None,
+                    token: str | None = None) -> DashboardServer:
     """Serve the dashboard from a background thread and return once it accepts connections.
 
-    For the collector process (live) and for tests; ``port=0`` picks a free port.
+    For the collector process (live) and for tests; ``port=0`` picks a free port. With
+    ``token``, every page and websocket needs it (``dashboard.auth``).
     """
     if port:
         _require_free(address, port)
     port = port or free_port(address)
+    extra = {"auth_provider": TokenAuthProvider(token)} if token else {}
     thread = pn.serve(_factory(store, live=live, run_id=run_id, refresh_ms=refresh_ms,
                                waiting_for=waiting_for),
                       port=port, address=address, show=show, threaded=True,
                       allow_websocket_origin=websocket_origins(address, port),
-                      title="rolloutscope", verbose=False)
+                      title="rolloutscope", verbose=False, **extra)
     _wait_listening(address, port, ready_timeout_s)
     host = f"[{address}]" if ":" in address else address
     return DashboardServer(url=f"http://{host}:{port}/", port=port, address=address,

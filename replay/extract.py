@@ -284,7 +284,8 @@ def _without(note: ExtractionNote, name: str) -> ExtractionNote:
     """A 'not recorded, the model's defaults: a, b, c' note without one of its names."""
     head, sep, names = note.detail.partition(": ")
     kept = [n for n in names.split(", ") if n != name]
-    return ExtractionNote(item=note.item, detail=head + sep + ", ".join(kept)) if sep else note
+    return (ExtractionNote(provenance=note.provenance, item=note.item,
+                           detail=head + sep + ", ".join(kept)) if sep else note)
 
 
 def _the_run(store: RunStore, run_id: str | None) -> str:

@@ -1,22 +1,33 @@
-"""Pluggable participants: replay a user's real implementation in place of a reference model.
+"""Pluggable participants: replay real NeMo-RL / NeMo-Gym code in place of a reference model.
 
-Each participant kind has a documented ``Protocol`` below: the methods the replay engine calls,
-with the reference model's meaning. A plug-in is a *factory*: a callable the engine calls with
-the reference constructor's keyword arguments (it receives only those its signature names, or
-all of them with ``**kwargs``) and that returns an object with the protocol's members. The
-object is checked when it is built; a missing member is a ``ProtocolMismatchError`` naming
-every one that is missing.
+Each kind names the real upstream class it stands for, and the replay drives that class with its
+real calling conventions (``replay.real``):
 
-Factories are found two ways:
+=================== ============================================================ ============
+kind                real class                                                   upstream
+=================== ============================================================ ============
+fleet_health        ``nemo_rl.models.generation.fleet_health.GenerationFleetHealth``  NeMo-RL
+router              ``nemo_rl.models.generation.generation_router.GenerationRouterImpl``
+deadline            ``nemo_rl.experience.rollout_manager._Deadline``             NeMo-RL
+deadline_registry   ``nemo_rl.experience.rollout_manager.RequestDeadlineRegistry``  (branch)
+agent_participant   ``nemo_gym._checkpoint.agent.AgentSessionParticipant``       NeMo-Gym
+=================== ============================================================ ============
 
-- ``--participant KIND=module:factory`` (``ParticipantSpec.parse``), and
-- the entry-point group ``rolloutscope.participants``: an entry named ``KIND.NAME`` whose value
-  is ``module:factory`` is selected with ``--participant KIND=NAME``.
+A ``--participant KIND=REF`` names what to plug:
 
-Fleet health is adapted, not merely checked: ``FleetHealthAdapter`` takes an object with only
-the real ``GenerationFleetHealth`` public API (docs/domain/fleet-health.md; no observer hook, no
-snapshot) and gives the engine the reference model's surface, recovering each state change by
-reading the shards before and after every call. A real class replays unchanged.
+- ``nemo_rl`` / ``nemo_gym``: the real class, from the upstream code in the user's environment
+  (``--participant-path nemo_rl=CHECKOUT``, ``ROLLOUTSCOPE_NEMO_RL_SRC``, or an installed
+  checkout; ``--participant-path nemo_rl=doubles`` for this project's stand-ins);
+- ``module:Class``: a class with the real constructor (the upstream class by its dotted path,
+  or a user's patched copy), built from the scenario's config as upstream builds it;
+- ``module:factory``: a function returning an object with the real API (the engine calls it
+  with the keyword arguments its signature names); for ``deadline_registry``, also a factory
+  of the reference registry surface (``clock``, ``counted``);
+- ``NAME``: an entry point ``KIND.NAME`` in the group ``rolloutscope.participants``.
+
+What is plugged is checked when it is built: a member missing, or one whose parameters differ
+from the recorded upstream signature (a positional ``weight_version`` where the real one is
+keyword-only, say), is a ``ProtocolMismatchError`` naming each one.
 """
 
 from __future__ import annotations
@@ -24,30 +35,69 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from importlib.metadata import entry_points
-from typing import Any, Protocol
+from typing import Any
 
-from rolloutscope.vocabulary import ShardState, ShardTrigger
 from rolloutscope.replay.errors import ReplayError
-from rolloutscope.replay.participants.fleet_health import (
-    FleetSnapshot,
-    GenerationFleetExhausted,
-    ShardHealth,
-    Transition,
-)
+from rolloutscope.replay.real import signatures
+from rolloutscope.replay.real.records import ImplementationRecord, plugin_record, upstream_record
+from rolloutscope.replay.real.sources import Upstream, UpstreamCode
 
 ENTRY_POINT_GROUP = "rolloutscope.participants"
 Factory = Callable[..., Any]
 
 
 class PluginKind(StrEnum):
-    CHECKPOINT_PARTICIPANT = "checkpoint_participant"
-    DEADLINE_REGISTRY = "deadline_registry"
     FLEET_HEALTH = "fleet_health"
     ROUTER = "router"
+    DEADLINE = "deadline"
+    DEADLINE_REGISTRY = "deadline_registry"
+    AGENT_PARTICIPANT = "agent_participant"
+
+
+@dataclass(frozen=True)
+class RealClass:
+    upstream: Upstream
+    module: str
+    qualname: str
+
+
+REAL_CLASSES = {
+    PluginKind.FLEET_HEALTH: RealClass(Upstream.NEMO_RL, "nemo_rl.models.generation.fleet_health",
+                                       "GenerationFleetHealth"),
+    PluginKind.ROUTER: RealClass(Upstream.NEMO_RL, "nemo_rl.models.generation.generation_router",
+                                 "GenerationRouterImpl"),
+    PluginKind.DEADLINE: RealClass(Upstream.NEMO_RL, "nemo_rl.experience.rollout_manager",
+                                   "_Deadline"),
+    PluginKind.DEADLINE_REGISTRY: RealClass(Upstream.NEMO_RL,
+                                            "nemo_rl.experience.rollout_manager",
+                                            "RequestDeadlineRegistry"),
+    PluginKind.AGENT_PARTICIPANT: RealClass(Upstream.NEMO_GYM, "nemo_gym._checkpoint.agent",
+                                            "AgentSessionParticipant"),
+}
+# the replay() keyword each kind is handed to
+ENGINE_SLOT = {PluginKind.FLEET_HEALTH: "fleet_health_factory",
+               PluginKind.ROUTER: "router_factory",
+               PluginKind.DEADLINE: "deadline_registry_factory",
+               PluginKind.DEADLINE_REGISTRY: "deadline_registry_factory",
+               PluginKind.AGENT_PARTICIPANT: "agent_participant_factory"}
+# members the adapters call, beyond the constructor (the rest of the table is for the doubles)
+_DRIVEN = {
+    PluginKind.FLEET_HEALTH: ("membership_epoch", "snapshot", "serving_shards",
+                              "serving_base_urls", "record_probe", "report_failure",
+                              "report_success", "shard_for_base_url", "mark_restarting",
+                              "mark_loaded", "report_refit", "retire", "raise_if_exhausted"),
+    PluginKind.ROUTER: ("set_serving_backends", "drain_backend_failures", "metrics", "_handle",
+                        "_on_backend_error"),
+    PluginKind.DEADLINE: ("__aenter__", "__aexit__"),
+    PluginKind.DEADLINE_REGISTRY: ("add", "discard", "suspend", "resume"),
+    PluginKind.AGENT_PARTICIPANT: ("open_session", "close_session", "activation",
+                                   "close_admission", "open_admission", "readiness", "retire",
+                                   "export"),
+}
 
 
 # -- errors -------------------------------------------------------------------------------------
@@ -62,173 +112,152 @@ class UnknownPluginKindError(PluginError):
                          f"{', '.join(k.value for k in PluginKind)}")
 
 
-class PluginLoadError(PluginError):
-    def __init__(self, ref: str, detail: str) -> None:
-        self.ref = ref
-        super().__init__(f"cannot load participant factory {ref!r}: {detail}")
-
-
-class ProtocolMismatchError(PluginError):
-    """The plugged object lacks members of its kind's protocol."""
-
-    def __init__(self, kind: PluginKind, obj: Any, missing: Sequence[str]) -> None:
-        self.kind = kind
-        self.missing = tuple(missing)
-        super().__init__(f"{kind.value} participant {type(obj).__name__} lacks "
-                         f"{', '.join(self.missing)} (the {kind.value} protocol needs "
-                         f"{', '.join(protocol_members(kind))})")
-
-
-# -- the protocols ------------------------------------------------------------------------------
-class CheckpointParticipant(Protocol):
-    """A Gym checkpoint participant (docs/domain/checkpoint-protocol.md): one phase machine per
-    server.
-
-    Every operation answers with a reply carrying ``ok`` and, on refusal, an error ``code``;
-    a refusal is data, never an exception. ``drain_notes`` hands over what happened since the
-    last call (admission closed/opened, phase changes, lease expiry) for the engine to record.
-    """
-
-    kind: Any
-    instance: str
-    phase: Any
-    lease_expires_at: float | None
-
-    def prepare(self, checkpoint_id: str, deadline_ts: float) -> Any: ...
-    def poll_ready(self) -> bool: ...
-    def commit(self, checkpoint_id: str, deadline_ts: float) -> Any: ...
-    def restore(self, checkpoint_id: str, deadline_ts: float, episodes: Any) -> Any: ...
-    def resume(self, checkpoint_id: str) -> Any: ...
-    def renew(self, checkpoint_id: str, deadline_ts: float) -> Any: ...
-    def retire(self, episodes: Iterable[Any]) -> Any: ...
-    def forget(self, rollout_ids: Iterable[str]) -> Any: ...
-    def report(self) -> Any: ...
-    def is_ready(self) -> bool: ...
-    def tick(self) -> bool: ...
-    def drain_notes(self) -> list[Any]: ...
-
-
-class DeadlineRegistry(Protocol):
-    """``RequestDeadlineRegistry``: live rollout deadlines and their holders
-    (docs/domain/rollouts-and-deadlines.md#the-deadline-registry).
-
-    ``add`` returns a deadline exposing ``key``, ``budget_s``, ``outcome``, ``suspended_s``,
-    ``remaining_s(now)`` and ``due_at()`` (None while suspended); ``suspend``/``resume`` return
-    the change (``holder``, ``holders_count``, ``changed`` deadlines). A suspended deadline
-    must never fire.
-    """
-
-    @property
-    def suspended(self) -> bool: ...
-    @property
-    def holders_count(self) -> int: ...
-    def live(self) -> tuple[Any, ...]: ...
-    def add(self, key: Hashable, *, kind: Any, budget_s: float) -> Any: ...
-    def complete(self, key: Hashable) -> Any: ...
-    def cancel(self, key: Hashable) -> Any: ...
-    def fire(self, key: Hashable) -> Any: ...
-    def suspend(self, holder: Any) -> Any: ...
-    def resume(self, holder: Any) -> Any: ...
-
-
-class FleetHealth(Protocol):
-    """``GenerationFleetHealth``'s public API (docs/domain/fleet-health.md), names unchanged.
-
-    ``shard(idx)`` returns a record with the ``ShardHealth`` fields (``state`` may be the
-    implementation's own enum: its value is read). Nothing else is required: transitions, the
-    snapshot and the serving URLs are derived by ``FleetHealthAdapter``.
-    """
-
-    @property
-    def membership_epoch(self) -> int: ...
-    def record_probe(self, idx: int, ok: bool, error: Any = None) -> None: ...
-    def report_failure(self, idx: int, error: Any = None) -> None: ...
-    def report_success(self, idx: int) -> None: ...
-    def mark_restarting(self, idx: int) -> None: ...
-    def mark_loaded(self, idx: int) -> None: ...
-    def report_refit(self, idx: int, weight_version: int) -> None: ...
-    def retire(self, idx: int, reason: str) -> None: ...
-    def raise_if_exhausted(self) -> None: ...
-    def shard_for_base_url(self, url: str) -> int | None: ...
-    def serving_shards(self) -> Sequence[int]: ...
-    def shard(self, idx: int) -> Any: ...
-
-
-class Router(Protocol):
-    """``GenerationRouterImpl`` as the replay drives it (docs/domain/fleet-health.md#router):
-    ``route`` picks a backend or answers at once; ``complete`` gives the status Gym sees."""
-
-    def route(self) -> Any: ...
-    def complete(self, backend: str, *, ok: bool, error: BaseException | None = None) -> Any: ...
-    def set_serving_backends(self, urls: Iterable[str]) -> tuple[str, ...]: ...
-    def drain_failures(self) -> dict[str, int]: ...
-    def serving_backends(self) -> tuple[str, ...]: ...
-    def metrics(self) -> Any: ...
-    def outstanding(self, backend: str) -> int: ...
-
-
-PROTOCOLS: dict[PluginKind, type] = {
-    PluginKind.CHECKPOINT_PARTICIPANT: CheckpointParticipant,
-    PluginKind.DEADLINE_REGISTRY: DeadlineRegistry,
-    PluginKind.FLEET_HEALTH: FleetHealth,
-    PluginKind.ROUTER: Router,
+# Gym participants the replay does not drive with real code, and why (docs/replaying-real-code.md)
+NOT_PLUGGABLE = {
+    "model_participant": (
+        "NeMo-Gym's PolicyModelParticipant (nemo_gym/_checkpoint/model.py at b58bb4f) does not "
+        "load with the checkpoint stack it ships with: it imports nemo_gym._checkpoint."
+        "generation_cut, nemo_gym.token_id_capture (fingerprint, sink, staging.records) and "
+        "errors.InvalidRolloutIdError, which the matching errors.py lacks; the replay keeps the "
+        "reference policy-model participant"),
+    "environment_participant": (
+        "NeMo-Gym's EnvironmentParticipant is driven by an environment server's episode steps "
+        "(begin(episode, task, deadline: asyncio.Timeout), step(...), boundary(...)); the "
+        "replayed runs are agent /run executions with no environment-server steps to drive it"),
+    "resources_participant": (
+        "NeMo-Gym's ResourcesParticipant is not wired: the replayed tool calls carry no MCP "
+        "session ids for admit()/request_started()/request_ended(); the replay keeps the "
+        "reference resources participant"),
+    "checkpoint_participant": (
+        "name the participant: agent_participant is the NeMo-Gym checkpoint participant the "
+        "replay drives with real code"),
 }
 
 
-def protocol_members(kind: PluginKind) -> tuple[str, ...]:
-    proto = PROTOCOLS[kind]
-    names = [n for n in vars(proto) if not n.startswith("_")]
-    names += [n for n in getattr(proto, "__annotations__", {}) if n not in names]
-    return tuple(names)
+class UnsupportedPluginKindError(PluginError):
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        super().__init__(f"{kind} cannot be plugged: {NOT_PLUGGABLE[kind]}")
+
+
+class PluginLoadError(PluginError):
+    def __init__(self, ref: str, detail: str) -> None:
+        self.ref = ref
+        super().__init__(f"cannot load participant {ref!r}: {detail}")
+
+
+class ProtocolMismatchError(PluginError):
+    """The plugged object lacks members of the real class, or calls them differently."""
+
+    def __init__(self, kind: PluginKind, obj: Any, missing: Sequence[str],
+                 mismatched: Sequence[str] = ()) -> None:
+        self.kind = kind
+        self.missing = tuple(missing)
+        self.mismatched = tuple(mismatched)
+        real = REAL_CLASSES[kind]
+        parts = []
+        if self.missing:
+            parts.append(f"lacks {', '.join(self.missing)}")
+        if self.mismatched:
+            parts.append("calls differently from the real one: " + "; ".join(self.mismatched))
+        super().__init__(f"{kind.value} participant {_name(obj)} {' and '.join(parts)} "
+                         f"(the real {real.qualname} of {real.module} has "
+                         f"{', '.join(protocol_members(kind))})")
+
+
+def _name(obj: Any) -> str:
+    return getattr(obj, "__qualname__", None) or type(obj).__name__
+
+
+# -- the protocols: the real classes' recorded signatures ----------------------------------------
+def real_signature(kind: PluginKind) -> dict[str, signatures.MemberSig]:
+    real = REAL_CLASSES[kind]
+    for entry in signatures.entries_for(real.module):
+        if real.qualname in entry.objects:
+            return dict(entry.objects[real.qualname])
+    return {}
+
+
+def protocol_members(kind: str | PluginKind) -> tuple[str, ...]:
+    return _DRIVEN[plugin_kind(kind)]
 
 
 def plugin_kind(kind: str | PluginKind) -> PluginKind:
     try:
         return PluginKind(kind)
     except ValueError:
+        if str(kind) in NOT_PLUGGABLE:
+            raise UnsupportedPluginKindError(str(kind)) from None
         raise UnknownPluginKindError(str(kind)) from None
 
 
 def validate(kind: str | PluginKind, obj: Any) -> Any:
-    """``obj`` if it has every member of ``kind``'s protocol (methods callable)."""
+    """``obj`` (an instance or a class) if it has every member the adapter drives, each with the
+    real parameters (names and kinds; extra optional parameters are allowed)."""
     kind = plugin_kind(kind)
-    proto = PROTOCOLS[kind]
-    missing = []
+    expected = real_signature(kind)
+    owner = obj if inspect.isclass(obj) else type(obj)
+    missing, mismatched = [], []
     for name in protocol_members(kind):
-        declared = vars(proto).get(name)
         if not hasattr(obj, name):
             missing.append(name)
-        elif inspect.isfunction(declared) and not callable(getattr(obj, name)):
-            missing.append(name)
-    if missing:
-        raise ProtocolMismatchError(kind, obj, missing)
+            continue
+        want = expected.get(name)
+        if want is None or want.params is None:
+            continue
+        try:
+            have = signatures.describe_member(owner, name)
+        except (AttributeError, TypeError, ValueError):
+            continue
+        if have.params is None:
+            continue
+        required = [p for p in have.params if p.default is None]
+        if [(p.name, p.kind) for p in have.params[:len(want.params)]] != \
+                [(p.name, p.kind) for p in want.params] or len(required) > len(want.params):
+            mismatched.append(f"{name}({', '.join(map(str, have.params))}) vs real "
+                              f"{name}({', '.join(map(str, want.params))})")
+    if missing or mismatched:
+        raise ProtocolMismatchError(kind, obj, missing, mismatched)
     return obj
 
 
-# -- finding factories --------------------------------------------------------------------------
+# -- finding what to plug ------------------------------------------------------------------------
 @dataclass(frozen=True, kw_only=True)
 class ParticipantSpec:
     kind: PluginKind
-    ref: str  # module:factory, or the NAME of an entry point KIND.NAME
+    ref: str  # nemo_rl / nemo_gym, module:attr, or the NAME of an entry point KIND.NAME
 
     @classmethod
     def parse(cls, text: str) -> ParticipantSpec:
         kind, sep, ref = text.partition("=")
         if not sep or not kind.strip() or not ref.strip():
-            raise PluginError(f"--participant {text!r}: expected KIND=module:factory or "
-                              f"KIND=NAME (an entry point {ENTRY_POINT_GROUP} KIND.NAME)")
+            raise PluginError(f"--participant {text!r}: expected KIND=nemo_rl|nemo_gym, "
+                              f"KIND=module:Class or KIND=NAME (an entry point "
+                              f"{ENTRY_POINT_GROUP} KIND.NAME)")
         return cls(kind=plugin_kind(kind.strip()), ref=ref.strip())
 
 
+def parse_paths(values: Iterable[str]) -> dict[str, str]:
+    """``--participant-path nemo_rl=CHECKOUT`` options as a mapping."""
+    out = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep or name.strip() not in {u.value for u in Upstream} or not path.strip():
+            raise PluginError(f"--participant-path {value!r}: expected nemo_rl=PATH or "
+                              f"nemo_gym=PATH (a checkout root, or 'doubles')")
+        out[name.strip()] = path.strip()
+    return out
+
+
 def discover() -> dict[str, str]:
-    """Installed participant entry points: ``KIND.NAME`` -> ``module:factory``."""
+    """Installed participant entry points: ``KIND.NAME`` -> ``module:attr``."""
     return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
-def load_factory(ref: str) -> Factory:
+def load_factory(ref: str) -> Any:
     module_name, sep, attr = ref.partition(":")
     if not sep or not module_name or not attr:
-        raise PluginLoadError(ref, "expected module:factory")
+        raise PluginLoadError(ref, "expected module:attr")
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
@@ -243,7 +272,8 @@ def load_factory(ref: str) -> Factory:
     return obj
 
 
-def resolve_factory(spec: ParticipantSpec) -> Factory:
+def resolve_factory(spec: ParticipantSpec) -> Any:
+    """What a ``module:attr`` or entry-point ref names (upstream names: ``resolve``)."""
     if ":" in spec.ref:
         return load_factory(spec.ref)
     name = f"{spec.kind.value}.{spec.ref}"
@@ -251,7 +281,8 @@ def resolve_factory(spec: ParticipantSpec) -> Factory:
     if not found:
         known = ", ".join(sorted(discover())) or "none installed"
         raise PluginLoadError(spec.ref, f"no entry point {name!r} in group "
-                              f"{ENTRY_POINT_GROUP} (installed: {known})")
+                              f"{ENTRY_POINT_GROUP} (installed: {known}); nemo_rl and nemo_gym "
+                              f"name the upstream code")
     try:
         factory = found[0].load()
     except Exception as exc:  # an installed plug-in that fails to import is the user's
@@ -261,7 +292,7 @@ def resolve_factory(spec: ParticipantSpec) -> Factory:
     return factory
 
 
-def call_with_accepted(factory: Factory, kwargs: Mapping[str, Any]) -> Any:
+def call_with_accepted(factory: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
     """Call ``factory`` with the keyword arguments its signature names (all with **kwargs)."""
     try:
         params = inspect.signature(factory).parameters.values()
@@ -274,170 +305,200 @@ def call_with_accepted(factory: Factory, kwargs: Mapping[str, Any]) -> Any:
     return factory(**{k: v for k, v in kwargs.items() if k in names})
 
 
-def engine_factory(kind: str | PluginKind, factory: Factory) -> Factory:
-    """The factory the engine calls: builds the plug-in, checks it, adapts fleet health."""
+@dataclass(frozen=True, kw_only=True)
+class Resolved:
+    """One plugged participant: what to build and the record of what it is."""
+
+    kind: PluginKind
+    label: str
+    target: Any  # the class or factory
+    module: Any  # the module the target came from (its siblings: FleetHealthPolicy, ...)
+    record: ImplementationRecord
+    code: UpstreamCode | None = None
+
+
+def resolve(spec: ParticipantSpec, *, paths: Mapping[str, str] | None = None,
+            environ: Mapping[str, str] | None = None) -> Resolved:
+    label = f"{spec.kind.value}={spec.ref}"
+    if spec.ref in {u.value for u in Upstream}:
+        real = REAL_CLASSES[spec.kind]
+        if spec.ref != real.upstream.value:
+            raise PluginError(f"{label}: {spec.kind.value} is {real.upstream.repository} code "
+                              f"({real.module}); use {spec.kind.value}={real.upstream.value}")
+        code = UpstreamCode.locate(real.upstream, paths=paths, environ=environ)
+        loaded = code.module(real.module, classes=(real.qualname,))
+        target = getattr(loaded.module, real.qualname, None)
+        if target is None:
+            raise PluginLoadError(label, f"{loaded.file} defines no {real.qualname} (it is not "
+                                         f"in every {real.upstream.repository} commit: see "
+                                         f"docs/replaying-real-code.md)")
+        return Resolved(kind=spec.kind, label=label, target=target, module=loaded.module,
+                        record=upstream_record(spec.kind.value, code, loaded,
+                                               (real.qualname,)), code=code)
+    target = resolve_factory(spec)
+    module = importlib.import_module(target.__module__) if getattr(
+        target, "__module__", None) else None
+    return Resolved(kind=spec.kind, label=label, target=target, module=module,
+                    record=plugin_record(spec.kind.value, target))
+
+
+# -- building engine factories ------------------------------------------------------------------
+def _keyword_only(cls: Any, *names: str) -> bool:
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return False
+    return all(n in params and params[n].kind is inspect.Parameter.KEYWORD_ONLY for n in names)
+
+
+def _spec_kwargs(args: tuple[Any, ...], kwargs: dict[str, Any], kind: PluginKind) -> dict:
+    if len(args) == 1 and dataclasses.is_dataclass(args[0]) and not kwargs:
+        # the fleet side hands its factories one spec record (FleetHealthSpec, RouterSpec)
+        return {f.name: getattr(args[0], f.name) for f in dataclasses.fields(args[0])}
+    if args:
+        raise PluginError(f"the engine called the {kind.value} factory with positional "
+                          f"arguments this adapter does not know: {args!r}")
+    return kwargs
+
+
+def engine_factory(kind: str | PluginKind, target: Any, module: Any = None,
+                   *, registry: Any = None, gym: UpstreamCode | None = None) -> Factory:
+    """The factory the engine calls for ``kind``: builds the plugged code, checks it against the
+    real signatures, and wraps it in its adapter."""
+    from rolloutscope.replay.real import gym_agent, rl_deadline, rl_fleet, rl_router
+
     kind = plugin_kind(kind)
+    if kind is PluginKind.FLEET_HEALTH:
+        if inspect.isclass(target) and _keyword_only(target, "shard_count", "policy"):
+            build = rl_fleet.fleet_health_from_class(validate(kind, target),
+                                                     module or importlib.import_module(
+                                                         target.__module__))
+        else:
+            build = rl_fleet.fleet_health_from_factory(
+                lambda **kw: call_with_accepted(target, kw), lambda obj: validate(kind, obj))
+    elif kind is PluginKind.ROUTER:
+        if inspect.isclass(target) and _keyword_only(target, "backend_urls"):
+            build = rl_router.router_from_class(validate(kind, target))
+        else:
+            def build(*, backends: Any, config: Any, health_managed: bool) -> Any:
+                impl = validate(kind, call_with_accepted(target, {
+                    "backends": backends, "config": config, "health_managed": health_managed}))
+                return rl_router.RealRouter(impl, backends=backends, config=config,
+                                            health_managed=health_managed)
+    elif kind is PluginKind.DEADLINE:
+        if not inspect.isclass(target):
+            raise PluginError(f"deadline: {_name(target)} is not a class; the deadline seam "
+                              f"takes the async context manager class itself (_Deadline)")
+        build = rl_deadline.deadlines_from(validate(kind, target), registry)
+    elif kind is PluginKind.DEADLINE_REGISTRY:
+        # the reference registry surface (a factory of clock and counted), kept for users'
+        # own registries written against it
+        def build(**kw: Any) -> Any:
+            return call_with_accepted(target, kw)
+    else:
+        if not inspect.isclass(target):
+            raise PluginError(f"agent_participant: {_name(target)} is not a class")
+        validate(kind, target)
+        if gym is None:
+            raise PluginError("agent_participant needs NeMo-Gym's control plane: give "
+                              "agent_participant=nemo_gym, or the Gym checkout with "
+                              "--participant-path nemo_gym=CHECKOUT")
+        control = gym.module("nemo_gym._checkpoint.control").module
+        episodes = gym.module("nemo_gym.episode_types").module
+        prefixes = ("nemo_gym.",) if not gym.doubles else ("rolloutscope.replay.doubles.gym_",)
+        if not target.__module__.startswith(prefixes):
+            prefixes = (*prefixes, target.__module__)
+        build = gym_agent.agent_from(control, target, episodes, prefixes)
 
-    def build(*args: Any, **kwargs: Any) -> Any:
-        if len(args) == 1 and dataclasses.is_dataclass(args[0]) and not kwargs:
-            # the engine hands some kinds one spec record (FleetHealthSpec, RouterSpec)
-            kwargs = {f.name: getattr(args[0], f.name) for f in dataclasses.fields(args[0])}
-        elif args:
-            raise PluginError(f"the engine called the {kind.value} factory with positional "
-                              f"arguments this adapter does not know: {args!r}")
-        if kind is PluginKind.FLEET_HEALTH:
-            inner = validate(kind, call_with_accepted(
-                factory, {k: v for k, v in kwargs.items() if k != "observer"}))
-            return FleetHealthAdapter(inner, num_shards=kwargs["num_shards"],
-                                      clock=kwargs["clock"], config=kwargs.get("config"),
-                                      observer=kwargs.get("observer"))
-        return validate(kind, call_with_accepted(factory, kwargs))
+    def engine_build(*args: Any, **kwargs: Any) -> Any:
+        return build(**_spec_kwargs(args, kwargs, kind))
 
-    build.__name__ = f"{kind.value}_from_{getattr(factory, '__name__', 'factory')}"
-    build.__qualname__ = build.__name__
-    return build
+    try:  # the world hands the virtual-time runtime to factories that take one
+        engine_build.takes_runtime = "runtime" in inspect.signature(build).parameters
+    except (TypeError, ValueError):
+        engine_build.takes_runtime = False
+    engine_build.__name__ = f"{kind.value}_from_{_name(target)}"
+    engine_build.__qualname__ = engine_build.__name__
+    return engine_build
 
 
-def participant_factories(specs: Iterable[ParticipantSpec | str]) -> dict[str, Factory]:
-    """Engine factories keyed by kind, for ``replay_into_store(participants=...)``."""
-    out: dict[str, Factory] = {}
+def _is_rl_registry(target: Any) -> bool:
+    if not inspect.isclass(target):
+        return False
+    try:
+        required = [p for p in inspect.signature(target).parameters.values()
+                    if p.default is inspect.Parameter.empty
+                    and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    except (TypeError, ValueError):
+        return False
+    return not required and all(callable(getattr(target, m, None))
+                                for m in ("add", "discard", "suspend", "resume"))
+
+
+@dataclass(frozen=True)
+class Plugged:
+    """Engine factories by kind, and the record of each implementation."""
+
+    factories: Mapping[str, Factory]
+    implementations: tuple[ImplementationRecord, ...]
+    labels: tuple[str, ...]
+
+
+def participant_factories(specs: Iterable[ParticipantSpec | str], *,
+                          paths: Mapping[str, str] | None = None,
+                          environ: Mapping[str, str] | None = None) -> Plugged:
+    """Resolve ``--participant`` options into the engine factories ``replay`` takes."""
+    resolved: dict[PluginKind, Resolved] = {}
     for spec in specs:
         if isinstance(spec, str):
             spec = ParticipantSpec.parse(spec)
-        if spec.kind.value in out:
+        if spec.kind in resolved:
             raise PluginError(f"two --participant options for {spec.kind.value}")
-        out[spec.kind.value] = engine_factory(spec.kind, resolve_factory(spec))
-    return out
-
-
-# -- the fleet health adapter -------------------------------------------------------------------
-_TRIGGERS = {"record_probe_ok": ShardTrigger.PROBE_SUCCESS,
-             "record_probe_failed": ShardTrigger.PROBE_FAILURE,
-             "report_failure": ShardTrigger.REPORTED_FAILURE,
-             "report_success": ShardTrigger.PROBE_SUCCESS,
-             "mark_restarting": ShardTrigger.RESTART, "mark_loaded": ShardTrigger.LOADED,
-             "report_refit": ShardTrigger.REFIT, "retire": ShardTrigger.RETIRE}
-
-
-def _state(value: Any) -> ShardState:
-    return ShardState(getattr(value, "value", value))
-
-
-class FleetHealthAdapter:
-    """The reference ``GenerationFleetHealth`` surface over an object with only the real API.
-
-    Each mutating call reads every shard's state before and after and tells the observer of
-    each change as a ``Transition``, the trigger named by the call (a shard leaving a restart
-    budget is ``retire``). The object itself is never given the observer or the engine's types.
-    """
-
-    def __init__(self, inner: Any, *, num_shards: int, clock: Callable[[], float],
-                 config: Any = None,
-                 observer: Callable[[Transition], None] | None = None) -> None:
-        self.inner = inner
-        self._n = num_shards
-        self._clock = clock
-        self._config = config
-        self._observer = observer
-        for idx in range(num_shards):
-            self._notify(idx, None, self.shard(idx), ShardTrigger.INITIAL)
-
-    # readers
-    @property
-    def config(self) -> Any:
-        return self._config
-
-    @property
-    def membership_epoch(self) -> int:
-        epoch = self.inner.membership_epoch
-        return int(epoch() if callable(epoch) else epoch)
-
-    def shard(self, idx: int) -> ShardHealth:
-        s = self.inner.shard(idx)
-        get = lambda name, default=None: getattr(s, name, default)  # noqa: E731
-        return ShardHealth(idx, get("base_url"), _state(s.state),
-                           int(get("consecutive_probe_failures", 0)),
-                           int(get("consecutive_probe_successes", 0)),
-                           int(get("consecutive_reported_failures", 0)),
-                           int(get("restart_attempts", 0)), get("weight_version"),
-                           get("last_ok_at"), get("last_error"))
-
-    def serving_shards(self) -> tuple[int, ...]:
-        return tuple(int(i) for i in self.inner.serving_shards())
-
-    def serving_base_urls(self) -> tuple[str, ...]:
-        return tuple(url for i in self.serving_shards()
-                     if (url := self.shard(i).base_url) is not None)
-
-    def shard_for_base_url(self, url: str) -> int | None:
-        return self.inner.shard_for_base_url(url)
-
-    def snapshot(self) -> FleetSnapshot:
-        return FleetSnapshot(self._clock(), self.membership_epoch,
-                             getattr(self._config, "min_healthy_shards", 1),
-                             tuple(self.shard(i) for i in range(self._n)))
-
-    def raise_if_exhausted(self) -> None:
-        try:
-            self.inner.raise_if_exhausted()
-        except Exception as exc:  # the method exists only to raise this one condition
-            snap = self.snapshot()
-            raise GenerationFleetExhausted(
-                serving=len(snap.serving_shards), min_healthy_shards=snap.min_healthy_shards,
-                counts=snap.counts) from exc
-
-    # writers
-    def record_probe(self, idx: int, ok: bool, error: Any = None) -> None:
-        self._call("record_probe_ok" if ok else "record_probe_failed",
-                   lambda: self.inner.record_probe(idx, ok, error))
-
-    def report_failure(self, idx: int, error: Any = None) -> None:
-        self._call("report_failure", lambda: self.inner.report_failure(idx, error))
-
-    def report_success(self, idx: int) -> None:
-        self._call("report_success", lambda: self.inner.report_success(idx))
-
-    def mark_restarting(self, idx: int) -> None:
-        self._call("mark_restarting", lambda: self.inner.mark_restarting(idx))
-
-    def mark_loaded(self, idx: int) -> None:
-        self._call("mark_loaded", lambda: self.inner.mark_loaded(idx))
-
-    def report_refit(self, idx: int, weight_version: int) -> None:
-        self._call("report_refit", lambda: self.inner.report_refit(idx, weight_version))
-
-    def retire(self, idx: int, reason: str) -> None:
-        self._call("retire", lambda: self.inner.retire(idx, reason))
-
-    def _call(self, op: str, call: Callable[[], Any]) -> None:
-        before = [self.shard(i) for i in range(self._n)] if self._observer else None
-        call()
-        if before is None:
-            return
-        for idx, old in enumerate(before):
-            new = self.shard(idx)
-            if new.state is not old.state:
-                trigger = (ShardTrigger.RETIRE if new.state is ShardState.RETIRED
-                           else _TRIGGERS[op])
-                self._notify(idx, old.state, new, trigger)
-
-    def _notify(self, idx: int, previous: ShardState | None, now: ShardHealth,
-                trigger: ShardTrigger) -> None:
-        if self._observer is None:
-            return
-        self._observer(Transition(
-            shard=idx, base_url=now.base_url, previous_state=previous, state=now.state,
-            trigger=trigger, membership_epoch=self.membership_epoch,
-            probe_failures=now.consecutive_probe_failures,
-            reported_failures=now.consecutive_reported_failures,
-            restart_attempts=now.restart_attempts, weight_version=now.weight_version,
-            last_error=now.last_error, at=self._clock()))
+        resolved[spec.kind] = resolve(spec, paths=paths, environ=environ)
+    factories: dict[str, Factory] = {}
+    deadline = resolved.get(PluginKind.DEADLINE)
+    registry = resolved.get(PluginKind.DEADLINE_REGISTRY)
+    rl_registry = registry is not None and _is_rl_registry(registry.target)
+    if rl_registry and deadline is None:
+        paired = getattr(registry.module, "_Deadline", None)
+        if paired is None:
+            raise PluginError(f"{registry.label}: a RequestDeadlineRegistry works through the "
+                              f"registry-aware _Deadline; add --participant deadline=...")
+        deadline = Resolved(kind=PluginKind.DEADLINE, label=f"deadline (with {registry.label})",
+                            target=paired, module=registry.module,
+                            record=dataclasses.replace(registry.record, kind="deadline",
+                                                       implementation=registry.record
+                                                       .implementation.rsplit(":", 1)[0]
+                                                       + ":_Deadline"))
+        resolved[PluginKind.DEADLINE] = deadline
+    for kind, r in resolved.items():
+        if kind is PluginKind.DEADLINE_REGISTRY and (rl_registry or deadline is not None):
+            if not rl_registry:
+                raise PluginError(f"{r.label}: with --participant deadline=..., the registry "
+                                  f"must be RequestDeadlineRegistry-shaped (add/discard/"
+                                  f"suspend/resume of deadlines)")
+            continue
+        gym = r.code if r.code is not None and r.code.upstream is Upstream.NEMO_GYM else None
+        if kind is PluginKind.AGENT_PARTICIPANT and gym is None:
+            gym = UpstreamCode.locate(Upstream.NEMO_GYM, paths=paths, environ=environ)
+        factories[kind.value] = engine_factory(
+            kind, r.target, r.module, gym=gym,
+            registry=registry.target if kind is PluginKind.DEADLINE and rl_registry else None)
+    labels = tuple(r.label for r in resolved.values())
+    if rl_registry and deadline is not None and registry is not None and \
+            "registry" not in inspect.signature(deadline.target).parameters:
+        resolved[PluginKind.DEADLINE] = dataclasses.replace(deadline, record=dataclasses.replace(
+            deadline.record, note="; ".join(filter(None, [
+                deadline.record.note, f"made registry-aware by "
+                f"{registry.target.__qualname__}.patch (it takes no registry)"]))))
+    records = tuple(r.record for k, r in resolved.items())
+    return Plugged(factories=factories, implementations=records, labels=labels)
 
 
 __all__ = [
-    "ENTRY_POINT_GROUP", "CheckpointParticipant", "DeadlineRegistry",
-    "FleetHealth", "FleetHealthAdapter", "ParticipantSpec", "PluginError", "PluginKind",
-    "PluginLoadError", "ProtocolMismatchError", "Router", "UnknownPluginKindError",
-    "discover", "engine_factory", "load_factory", "participant_factories", "protocol_members",
+    "ENGINE_SLOT", "ENTRY_POINT_GROUP", "REAL_CLASSES", "ParticipantSpec", "PluginError",
+    "NOT_PLUGGABLE", "PluginKind", "PluginLoadError", "Plugged", "ProtocolMismatchError",
+    "Resolved", "UnknownPluginKindError", "UnsupportedPluginKindError", "call_with_accepted", "discover", "engine_factory",
+    "load_factory", "parse_paths", "participant_factories", "protocol_members", "resolve",
     "resolve_factory", "validate",
 ]

@@ -36,7 +36,15 @@ from rolloutscope.replay.backends.base import GenerationBackend
 from rolloutscope.replay.divergence import Divergence, ReplayFailure
 from rolloutscope.replay.errors import ReplayError
 from rolloutscope.replay.extract import SCENARIO_DOCUMENT_KEY, ExtractionReport, extract_scenario
-from rolloutscope.replay.plugins import Factory, ParticipantSpec, participant_factories
+from rolloutscope.replay.plugins import (
+    ENGINE_SLOT,
+    Factory,
+    ParticipantSpec,
+    PluginKind,
+    participant_factories,
+)
+from rolloutscope.replay.real.span_diff import first_difference
+from rolloutscope.replay.real.records import ImplementationRecord, ReferenceComparison
 from rolloutscope.replay.runner import replay, replay_into_store, wall_clock_driver
 from rolloutscope.replay.scenario import Scenario
 from rolloutscope.replay.telemetry import VIRTUAL_EPOCH_NS
@@ -171,6 +179,9 @@ class ReplayRunResult:
     failure: ReplayFailure | None = None
     extraction: ExtractionReport | None = None
     generation: Mapping[str, Any] | None = None  # a real backend's summary (runner)
+    # what ran in place of the reference models, and how the run compares with theirs
+    implementations: tuple[ImplementationRecord, ...] = ()
+    versus_reference: ReferenceComparison | None = None
 
     @property
     def divergence(self) -> tuple[str, ...]:
@@ -197,6 +208,11 @@ class ReplayRunResult:
                + (f" (variants: {', '.join(self.variants)})" if self.variants else "")
                + (f" (participants: {', '.join(self.participants)})" if self.participants
                   else "")]
+        for record in self.implementations:
+            out.append(f"  ran {record.line()}")
+        if self.versus_reference is not None:
+            out.extend(f"  versus the reference models: {line}"
+                       for line in self.versus_reference.lines())
         for label, keys in (("reproduced", self.reproduced), ("vanished", self.vanished),
                             ("appeared", self.appeared)):
             for kind, subject in keys:
@@ -229,34 +245,45 @@ class ReplayRunResults:
 def iter_replays(captures: Iterable[Capture], *, out: RunStore | str | Path,
                  variants: Iterable[str] = (),
                  participants: Sequence[ParticipantSpec | str] | Mapping[str, Factory] = (),
-                 check_determinism: bool = True, backend: BackendFactory | None = None,
+                 participant_paths: Mapping[str, str] | None = None,
+                 check_determinism: bool = True, compare_reference: bool = True,
+                 backend: BackendFactory | None = None,
                  speed: float = 1.0) -> Iterator[ReplayRunResult]:
     """Replay each capture into ``out`` as a new run, yielding each result as it is ready.
+    ``participant_paths``: where the upstream code of ``nemo_rl``/``nemo_gym`` participants is
+    (``{"nemo_rl": CHECKOUT}``; else the environment variables). ``compare_reference``: with
+    plugged participants, also replay the reference models and report where the runs part.
     ``backend``/``speed``: serve the model calls on a real engine at ``speed``x wall-clock
     time."""
     chosen = ordered(parse_variants(variants))
+    records: tuple[ImplementationRecord, ...] = ()
     if isinstance(participants, Mapping):
         factories, labels = dict(participants), tuple(sorted(participants))
     else:
         specs = [ParticipantSpec.parse(s) if isinstance(s, str) else s for s in participants]
-        factories = participant_factories(specs)
-        labels = tuple(f"{s.kind.value}={s.ref}" for s in specs)
+        plugged = participant_factories(specs, paths=participant_paths)
+        factories, labels, records = dict(plugged.factories), plugged.labels, \
+            plugged.implementations
     with ExitStack() as stack:
         store = out if isinstance(out, RunStore) else stack.enter_context(RunStore(out))
         for capture in captures:
             yield _replay_one(capture, store, chosen, factories, labels, check_determinism,
-                              _OnBackend(backend, speed) if backend is not None else None)
+                              _OnBackend(backend, speed) if backend is not None else None,
+                              records=records, compare_reference=compare_reference)
 
 
 def replay_runs(captures: Iterable[Capture], *, out: RunStore | str | Path,
                 variants: Iterable[str] = (),
                 participants: Sequence[ParticipantSpec | str] | Mapping[str, Factory] = (),
-                check_determinism: bool = True,
+                participant_paths: Mapping[str, str] | None = None,
+                check_determinism: bool = True, compare_reference: bool = True,
                 fail_on_divergence: bool = False, backend: BackendFactory | None = None,
                 speed: float = 1.0) -> ReplayRunResults:
     results = []
     for result in iter_replays(captures, out=out, variants=variants, participants=participants,
-                               check_determinism=check_determinism, backend=backend,
+                               participant_paths=participant_paths,
+                               check_determinism=check_determinism,
+                               compare_reference=compare_reference, backend=backend,
                                speed=speed):
         if fail_on_divergence and result.diverged:
             raise ReplayDivergenceError(result)
@@ -266,11 +293,14 @@ def replay_runs(captures: Iterable[Capture], *, out: RunStore | str | Path,
 
 def replay_run(capture: Capture, *, out: RunStore | str | Path, variants: Iterable[str] = (),
                participants: Sequence[ParticipantSpec | str] | Mapping[str, Factory] = (),
-               check_determinism: bool = True,
+               participant_paths: Mapping[str, str] | None = None,
+               check_determinism: bool = True, compare_reference: bool = True,
                fail_on_divergence: bool = True, backend: BackendFactory | None = None,
                speed: float = 1.0) -> ReplayRunResult:
     return replay_runs([capture], out=out, variants=variants, participants=participants,
+                       participant_paths=participant_paths,
                        check_determinism=check_determinism,
+                       compare_reference=compare_reference,
                        fail_on_divergence=fail_on_divergence, backend=backend,
                        speed=speed).results[0]
 
@@ -307,7 +337,8 @@ def _run(scenario: Scenario, store: RunStore, run_id: str, variants: tuple[str, 
         kwargs["driver"] = wall_clock_driver(on_backend.speed)
     accepted = inspect.signature(replay).parameters
     for kind, factory in factories.items():
-        name = f"{kind}_factory"
+        name = ENGINE_SLOT.get(PluginKind(kind), f"{kind}_factory") \
+            if kind in PluginKind._value2member_map_ else f"{kind}_factory"
         if name not in accepted:
             offered = sorted(p[: -len("_factory")] for p in accepted if p.endswith("_factory"))
             raise ReplayError(f"the replay engine cannot take a plugged {kind} (it accepts: "
@@ -339,13 +370,60 @@ def _second_digest(scenario: Scenario, variants: tuple[str, ...],
             return run_digest(again, "again")
 
 
+# the fix variants that change what each kind's reference model does: a plugged
+# implementation that matches the reference models with one of them on has that fix
+KIND_VARIANTS = {
+    PluginKind.FLEET_HEALTH.value: ("separate-reported-failure-streak",),
+    PluginKind.ROUTER.value: ("router-500-not-504",),
+    PluginKind.DEADLINE.value: ("pause-deadlines-during-snapshot", "counted-deadline-holders"),
+    PluginKind.DEADLINE_REGISTRY.value: ("pause-deadlines-during-snapshot",
+                                         "counted-deadline-holders"),
+    PluginKind.AGENT_PARTICIPANT.value: ("retire-then-adopt", "calls-wait-at-closed-admission"),
+}
+
+
+def _versus_reference(scenario: Scenario, store: RunStore, run_id: str,
+                      variants: tuple[str, ...], digest: str,
+                      incidents: Counter, kinds: Iterable[str]) -> ReferenceComparison:
+    """Replay the reference models the same way; where do the runs part, and does one of the
+    plugged kinds' fix variants, on the reference models, give exactly the plugged run?"""
+    effective = set(variants) | {str(v) for v in getattr(scenario, "fixes", ())}
+    with tempfile.TemporaryDirectory(prefix="rolloutscope-reference-") as tmp:
+        with RunStore(Path(tmp) / "reference.duckdb") as ref:
+            _run(scenario, ref, "reference", variants, {})
+            if run_digest(ref, "reference") == digest:
+                return ReferenceComparison(same_spans=True)
+            difference = first_difference(ref, "reference", store, run_id)
+            theirs = Counter(runs.incident_frame(ref, "reference").key)
+            tried = tuple(dict.fromkeys(v for k in kinds for v in KIND_VARIANTS.get(k, ())
+                                        if v not in effective))
+            matches, same_incidents = [], [""] if theirs == incidents else []
+            for n, variant in enumerate(tried):
+                rid = f"reference+{n}"
+                _run(scenario, ref, rid, ordered(parse_variants([*variants, variant])), {})
+                if run_digest(ref, rid) == digest:
+                    matches.append(variant)
+                if Counter(runs.incident_frame(ref, rid).key) == incidents:
+                    same_incidents.append(variant)
+    only_ref = sorted((theirs - incidents).elements())
+    only_plugged = sorted((incidents - theirs).elements())
+    return ReferenceComparison(
+        same_spans=False, first_difference=difference,
+        incidents_only_reference=tuple(only_ref), incidents_only_plugged=tuple(only_plugged),
+        matches_reference_with=tuple(matches) if matches else None,
+        incidents_match_with=tuple(same_incidents), variants_tried=tried)
+
+
 def _replay_one(capture: Capture, store: RunStore, variants: tuple[str, ...],
                 factories: Mapping[str, Factory], labels: tuple[str, ...],
-                check_determinism: bool, on_backend: _OnBackend | None) -> ReplayRunResult:
+                check_determinism: bool, on_backend: _OnBackend | None, *,
+                records: tuple[ImplementationRecord, ...] = (),
+                compare_reference: bool = False) -> ReplayRunResult:
     run_id = _new_run_id(store, capture, variants)
     base = {"capture": capture.label, "captured_run_id": capture.run_id, "run_id": run_id,
             "out": str(store.path), "variants": variants, "participants": labels,
-            "outcomes_captured": capture.outcomes, "extraction": capture.extraction}
+            "outcomes_captured": capture.outcomes, "extraction": capture.extraction,
+            "implementations": records}
     scenario = capture.scenario
     # plugged code may fail in any way, and that is a finding about it, not a crash of the
     # replayer; without plug-ins only the replay package's own typed errors are data
@@ -360,6 +438,7 @@ def _replay_one(capture: Capture, store: RunStore, variants: tuple[str, ...],
         metadata={"horizon_s": scenario.horizon_s, "description": scenario.description,
                   "replayed_from": capture.label, "participants": list(labels),
                   "generation": generation or {"backend": "recorded"},
+                  "implementations": [r.to_dict() for r in records],
                   SCENARIO_DOCUMENT_KEY: scenario.to_dict()},
         origin_ns=VIRTUAL_EPOCH_NS)
     replayed = runs.incident_frame(store, run_id)
@@ -381,9 +460,13 @@ def _replay_one(capture: Capture, store: RunStore, variants: tuple[str, ...],
         again = _second_digest(scenario, variants, factories)
         if again != digest:
             divergence.append(Divergence.nondeterminism(digest, again))
+    versus = None
+    if factories and compare_reference and on_backend is None:
+        versus = _versus_reference(scenario, store, run_id, variants, digest,
+                                   Counter(replayed.key), factories)
     return ReplayRunResult(
         **base, reproduced=tuple(reproduced), vanished=tuple(vanished),
-        appeared=tuple(appeared), outcomes_replayed=outcomes,
+        appeared=tuple(appeared), outcomes_replayed=outcomes, versus_reference=versus,
         timing_deltas=tuple(TimingDelta(name=k, captured=capture.timings.get(k),
                                         replayed=v) for k, v in timings.items()),
         digest=digest, divergences=tuple(divergence), generation=generation)

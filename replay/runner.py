@@ -8,7 +8,8 @@ that comes back as data (``ReplayResult.raised``), not as an exception.
 
 The variants a run replays with are the scenario's own fixes, plus ``variants``, minus
 ``without``. The participant factories (``fleet_health_factory``, ``router_factory``,
-``deadline_registry_factory``) default to the reference models.
+``deadline_registry_factory``, ``agent_participant_factory``) default to the reference models;
+``rolloutscope.replay.plugins`` builds them from real NeMo-RL / NeMo-Gym code.
 
 With a generation ``backend`` (``rolloutscope.replay.backends``) the replay runs in wall-clock
 time on a ``PacedDriver`` with an ``Inbox`` (one is made at speed 1 unless the caller passes its
@@ -34,7 +35,7 @@ from rolloutscope.replay.backends.base import BackendError, GenerationBackend, G
 from rolloutscope.replay.engine import Driver, Inbox, PacedDriver, Scheduler, VirtualDriver
 from rolloutscope.replay.scenario import Scenario
 from rolloutscope.replay.sim.fleet import FleetHealthFactory, RouterFactory
-from rolloutscope.replay.sim.world import DeadlineRegistryFactory, World
+from rolloutscope.replay.sim.world import AgentParticipantFactory, DeadlineRegistryFactory, World
 from rolloutscope.replay.telemetry import VIRTUAL_EPOCH_NS, MetricPoint, MetricSink, Telemetry
 from rolloutscope.replay.variants import Variant, ordered, parse_variants
 
@@ -77,6 +78,7 @@ def replay(scenario: Scenario, exporter: SpanExporter, *, run_id: str,
            fleet_health_factory: FleetHealthFactory | None = None,
            router_factory: RouterFactory | None = None,
            deadline_registry_factory: DeadlineRegistryFactory | None = None,
+           agent_participant_factory: AgentParticipantFactory | None = None,
            epoch_ns: int | None = None, live: bool = False,
            backend: GenerationBackend | None = None) -> ReplayResult:
     """``live``/``epoch_ns``: the wall-clock mode (see ``Telemetry``); use it with a
@@ -89,11 +91,13 @@ def replay(scenario: Scenario, exporter: SpanExporter, *, run_id: str,
                                   fleet_health_factory=fleet_health_factory,
                                   router_factory=router_factory,
                                   deadline_registry_factory=deadline_registry_factory,
+                                  agent_participant_factory=agent_participant_factory,
                                   epoch_ns=epoch_ns, live=live)
     return _replay(scenario, exporter, run_id=run_id, variants=variants, without=without,
                    driver=driver, metric_sink=metric_sink,
                    fleet_health_factory=fleet_health_factory, router_factory=router_factory,
-                   deadline_registry_factory=deadline_registry_factory, epoch_ns=epoch_ns,
+                   deadline_registry_factory=deadline_registry_factory,
+                   agent_participant_factory=agent_participant_factory, epoch_ns=epoch_ns,
                    live=live)
 
 
@@ -138,6 +142,7 @@ def _replay(scenario: Scenario, exporter: SpanExporter, *, run_id: str,
             fleet_health_factory: FleetHealthFactory | None,
             router_factory: RouterFactory | None,
             deadline_registry_factory: DeadlineRegistryFactory | None,
+            agent_participant_factory: AgentParticipantFactory | None,
             epoch_ns: int | None, live: bool,
             generation: Callable[[Scheduler], GenerationSession] | None = None) -> ReplayResult:
     chosen = effective_variants(scenario, variants, without)
@@ -148,9 +153,13 @@ def _replay(scenario: Scenario, exporter: SpanExporter, *, run_id: str,
     world = World(scenario, variants=chosen, tel=tel, sched=sched,
                   fleet_health_factory=fleet_health_factory, router_factory=router_factory,
                   deadline_registry_factory=deadline_registry_factory,
+                  agent_participant_factory=agent_participant_factory,
                   generation=None if generation is None else generation(sched))
-    world.schedule()
-    (driver or VirtualDriver()).run(sched, scenario.horizon_s)
+    try:
+        world.schedule()
+        (driver or VirtualDriver()).run(sched, scenario.horizon_s)
+    finally:
+        world.close()
     end = sched.now if sched.stopped else scenario.horizon_s
     sched.clock.set(max(sched.now, end))
     open_intervals = tel.finish()

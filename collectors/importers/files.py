@@ -4,7 +4,8 @@ postmortem helpers share.
 ``import_files`` opens the store, picks the run (the one given, else the store's only run, else
 the first file's name), runs the importer of ``kind`` and records the run with the config the
 files stated merged under the user's. Problems with what was handed in are ``ImportInputError``
-(a missing file, a directory where a file was expected, no timestamps and no ``start_ns``);
+(a missing or unreadable file, a directory where a file was expected, no timestamps and no
+``start_ns``);
 bad lines inside a file never are: they are counted in the report with their file and line.
 """
 
@@ -30,14 +31,6 @@ def import_files(kind: str, files: Sequence[str | Path], *, db: str | Path,
                  start_text: str | None = None, interval_s: float = 30.0,
                  user_config: Mapping[str, Any] | None = None) -> ImportReport:
     """Import ``files`` (read in the order given) as ``kind`` into ``db``; the report."""
-    from rolloutscope.collectors.importers.otlp_json import import_otlp_json
-    from rolloutscope.collectors.importers.rl_log import NoTimestampsError, import_rl_log
-    from rolloutscope.collectors.importers.rl_metrics import (
-        MissingStartError,
-        import_rl_metrics,
-    )
-    from rolloutscope.collectors.importers.sink import ImportSink, default_run_id
-
     if kind not in KINDS:
         raise ImportInputError(f"unknown import kind {kind!r}; known: {', '.join(KINDS)}")
     paths = [Path(p) for p in files]
@@ -46,7 +39,32 @@ def import_files(kind: str, files: Sequence[str | Path], *, db: str | Path,
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         raise ImportInputError(f"no such file: {', '.join(missing)}")
+    if kind != "rl-metrics":  # rl-metrics reads a directory as TensorBoard event files
+        folders = [str(p) for p in paths if p.is_dir()]
+        if folders:
+            raise ImportInputError(f"{', '.join(folders)}: a directory, and {kind} reads "
+                                   f"files; give the files in it")
     user_config = dict(user_config or {})
+    try:
+        return _import(kind, paths, db=db, run_id=run_id, start_ns=start_ns,
+                       start_text=start_text, interval_s=interval_s, user_config=user_config)
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        where = getattr(exc, "filename", None) or "a file"
+        detail = getattr(exc, "strerror", None) or str(exc)
+        raise ImportInputError(f"cannot read {where}: {detail}") from None
+
+
+def _import(kind: str, paths: list[Path], *, db: str | Path, run_id: str | None,
+            start_ns: int | None, start_text: str | None, interval_s: float,
+            user_config: dict[str, Any]) -> ImportReport:
+    from rolloutscope.collectors.importers.otlp_json import import_otlp_json
+    from rolloutscope.collectors.importers.rl_log import NoTimestampsError, import_rl_log
+    from rolloutscope.collectors.importers.rl_metrics import (
+        MissingStartError,
+        import_rl_metrics,
+    )
+    from rolloutscope.collectors.importers.sink import ImportSink, default_run_id
+
     with RunStore(db) as store:
         run_id = run_id or default_run_id(store, paths[0])
         report = ImportReport(kind=kind, run_id=run_id)

@@ -13,10 +13,12 @@ no known head is ``None`` (unknown, counted by the caller, never fatal).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from rolloutscope.store.fit import INT32_MAX, INT64_MAX, time_problem
 from rolloutscope.vocabulary import ShardState
 
 # -- prefixes ------------------------------------------------------------------------------
@@ -78,12 +80,21 @@ def _epoch_ns(m: re.Match[str]) -> int | None:
     return int(dt.timestamp()) * 10**9 + int(frac)
 
 
+class TimeOutOfRange(ValueError):
+    """An instant the store cannot hold (epoch ns past 2^63 - 1: after 2262-04-11)."""
+
+
 def parse_iso8601(text: str) -> int:
-    """Epoch ns of an ISO 8601 instant (``--start``); no zone means UTC. Raises ValueError."""
+    """Epoch ns of an ISO 8601 instant (``--start``); no zone means UTC. Raises ValueError
+    (``TimeOutOfRange`` for an instant the store cannot hold)."""
     dt = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
-    return int(dt.replace(microsecond=0).timestamp()) * 10**9 + dt.microsecond * 1000
+    ns = int(dt.replace(microsecond=0).timestamp()) * 10**9 + dt.microsecond * 1000
+    problem = time_problem(ns, repr(text.strip()[:40]))
+    if problem is not None:
+        raise TimeOutOfRange(problem)
+    return ns
 
 
 # -- messages ------------------------------------------------------------------------------
@@ -365,7 +376,32 @@ def recognise(message: str) -> Recognised | None:
         if body is None:
             return Recognised(grammar.kind,
                               Malformed(grammar.kind, f"expected '{grammar.expected}'"))
-        return Recognised(grammar.kind, grammar.build(body))
+        built = grammar.build(body)
+        if not isinstance(built, Malformed):
+            problem = _out_of_range(built)
+            if problem is not None:
+                built = Malformed(grammar.kind, problem)
+        return Recognised(grammar.kind, built)
+    return None
+
+
+MAX_SECONDS = 1e9  # about 31.7 years: no duration a controller prints is longer
+_INTEGER_FIELDS = frozenset({"shard"})  # INTEGER columns; every other count is a BIGINT
+
+
+def _out_of_range(message: LogMessage) -> str | None:
+    """Why a number the line states cannot be stored (or placed in time), or None: the grammar
+    reads any run of digits, the store's columns do not hold any."""
+    for f in dataclasses.fields(message):
+        value = getattr(message, f.name)
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int):
+            limit = INT32_MAX if f.name in _INTEGER_FIELDS else INT64_MAX
+            if value > limit:
+                return f"{f.name} {value} is out of range (at most {limit})"
+        elif isinstance(value, float) and not abs(value) <= MAX_SECONDS:
+            return f"{f.name} {value:g} is out of range (at most {MAX_SECONDS:g})"
     return None
 
 

@@ -29,6 +29,7 @@ from rolloutscope.collectors.otlp.errors import BadRequestError
 from rolloutscope.collectors.otlp.limits import DecodeLimits
 from rolloutscope.collectors.otlp.signals import Signal
 from rolloutscope.store import RowBatch
+from rolloutscope.store.fit import MAX_NS
 from rolloutscope.vocabulary import ResourceAttr
 
 _SIGNAL_KEYS = {"resourceSpans": Signal.TRACES, "resource_spans": Signal.TRACES,
@@ -183,7 +184,9 @@ def import_otlp_json(paths: list[Path], *, store, default_run_id: str, report: I
                     sink = sinks.get(run_id)
                     if sink is None:
                         sink = sinks[run_id] = ImportSink(store, run_id)
-                    times = _times(signal, group)
+                    # the run's time range: only times the store holds (the decoder rejects
+                    # the items with the others)
+                    times = [t for t in _times(signal, group) if t <= MAX_NS]
                     if times:
                         sink.saw(min(times), max(times))
                 try:

@@ -44,6 +44,7 @@ from rolloutscope.collectors.importers import log_lines as L
 from rolloutscope.collectors.importers.report import ImportReport
 from rolloutscope.collectors.importers.sink import CHUNK_ROWS, ImportSink
 from rolloutscope.store import RowBatch
+from rolloutscope.store.fit import ColumnFitError, time_problem
 from rolloutscope.vocabulary import (
     Attr,
     EventName,
@@ -110,12 +111,13 @@ class _LineOrderClock:
 
 
 def first_timestamp(paths: Iterable[Path]) -> int | None:
-    """The first prefix timestamp in the files, or None if no line has one."""
+    """The first prefix timestamp in the files that the store can hold, or None if no line
+    has one."""
     for path in paths:
         with open(path, encoding="utf-8", errors="replace") as fh:
             for raw in fh:
                 ts = L.split_prefix(raw).ts_ns
-                if ts is not None:
+                if ts is not None and time_problem(ts, "") is None:
                     return ts
     return None
 
@@ -192,20 +194,32 @@ class RlLogAssembler:
         report.lines_read += 1
         raw = raw.rstrip("\r\n")
         prefixed = L.split_prefix(raw)
-        ts = self.clock.line(prefixed.ts_ns)
+        stamp_problem = None if prefixed.ts_ns is None else time_problem(prefixed.ts_ns,
+                                                                         "its timestamp")
+        # a timestamp the store cannot hold: the line keeps the previous line's time, and is
+        # kept as a raw line only
+        ts = self.clock.line(prefixed.ts_ns if stamp_problem is None else None)
         recognised = L.recognise(prefixed.message)
         kind, link = "unknown", (None, None)
-        if recognised is None:
-            report.unknown_lines += 1
-        elif isinstance(recognised.message, L.Malformed):
-            kind = recognised.kind
-            report.add_bad(self._path, number, f"malformed {recognised.kind} line: "
-                                               f"{recognised.message.reason}")
-        else:
-            kind = recognised.kind
-            report.count(kind)
-            ts, link = self._handle(recognised.message, ts, number, raw)
-        self._log_row(number, raw, ts, kind, prefixed, link)
+        try:
+            if stamp_problem is not None:
+                kind = "bad_timestamp"
+                report.add_bad(self._path, number, f"line is not placed in time: "
+                                                   f"{stamp_problem}")
+            elif recognised is None:
+                report.unknown_lines += 1
+            elif isinstance(recognised.message, L.Malformed):
+                kind = recognised.kind
+                report.add_bad(self._path, number, f"malformed {recognised.kind} line: "
+                                                   f"{recognised.message.reason}")
+            else:
+                kind = recognised.kind
+                report.count(kind)
+                ts, link = self._handle(recognised.message, ts, number, raw)
+            self._log_row(number, raw, ts, kind, prefixed, link)
+        except ColumnFitError as exc:  # a value no check above foresaw: this line only
+            report.add_bad(self._path, number, f"cannot be stored: {exc}")
+            return
         self._saw(ts)
 
     def take_batch(self) -> RowBatch:

@@ -36,10 +36,11 @@ from typing import Any
 
 import orjson
 
-from rolloutscope.collectors.importers.log_lines import parse_iso8601
+from rolloutscope.collectors.importers.log_lines import TimeOutOfRange, parse_iso8601
 from rolloutscope.collectors.importers.report import ImportReport
 from rolloutscope.collectors.importers.sink import CHUNK_ROWS, ImportSink
 from rolloutscope.store import RowBatch
+from rolloutscope.store.fit import INT64_MAX, INT64_MIN, MAX_NS, ColumnFitError
 
 SERVICE = "nemo-rl/controller"
 KIND = "scalar"
@@ -51,6 +52,7 @@ _STEP_KEYS = ("step", "_step")
 _TIME_KEYS = ("wall_time", "timestamp", "time", "ts", "_timestamp")
 _NAME_KEYS = ("name", "tag", "key")
 _IGNORED_KEYS = frozenset({*_STEP_KEYS, *_TIME_KEYS, "_runtime", "epoch"})
+_PAST = "is past the latest time the store holds (2262-04-11)"
 
 
 class MissingStartError(ValueError):
@@ -164,7 +166,16 @@ def _read_tensorboard(path: Path, rows: _Rows, report: ImportReport) -> int:
                 if not math.isfinite(wall) or wall <= 0:
                     report.add_bad(name, record, f"scalar {value.tag!r} has no wall time")
                     continue
-                rows.add(value.tag, round(call_wall * 1e9), int(event.step), number)
+                if not call_wall * 1e9 <= MAX_NS:
+                    report.add_bad(name, record, f"scalar {value.tag!r}: wall time {wall:g} s "
+                                                 f"{_PAST}")
+                    continue
+                try:
+                    rows.add(value.tag, round(call_wall * 1e9), int(event.step), number)
+                except ColumnFitError as exc:
+                    report.add_bad(name, record, f"scalar {value.tag!r} cannot be stored: "
+                                                 f"{exc}")
+                    continue
                 report.count("tensorboard_scalar")
     except Exception as exc:  # noqa: BLE001 - a damaged file ends its own read, never the import
         report.add_bad(name, record + 1, f"unreadable event record ({type(exc).__name__}: {exc})")
@@ -188,11 +199,15 @@ def _time_ns(record: dict[str, Any]) -> int | None | str:
         if isinstance(value, str):
             try:
                 return parse_iso8601(value)
+            except TimeOutOfRange as exc:
+                return f"{key}: {exc}"
             except ValueError:
                 return f"{key} {value[:40]!r} is not ISO 8601"
         number = _number(value)
         if number is None or number <= 0:
             return f"{key} {str(value)[:40]!r} is not a time"
+        if not number * 1e9 <= MAX_NS:
+            return f"{key} {str(value)[:40]} s {_PAST}"
         return round(number * 1e9)
     return None
 
@@ -204,6 +219,8 @@ def _step(record: dict[str, Any]) -> int | None | str:
             if isinstance(value, bool) or not isinstance(value, int | float) \
                     or not math.isfinite(value) or value != int(value):
                 return f"{key} {str(value)[:40]!r} is not an integer"
+            if not INT64_MIN <= int(value) <= INT64_MAX:
+                return f"{key} {str(value)[:40]} is out of range for a step (BIGINT)"
             return int(value)
     return None
 
@@ -266,11 +283,20 @@ def import_json_lines(path: Path, rows: _Rows, report: ImportReport, *, start_ns
             report.add_bad(name, number, samples)
             continue
         if mode == "line_order":
-            ts = start_ns + round(index * interval_s * 1e9)
+            offset = index * interval_s * 1e9
+            if not start_ns + offset <= MAX_NS:
+                report.add_bad(name, number, f"record {index} of line order (--start plus "
+                                             f"{index} x {interval_s:g} s) {_PAST}")
+                index += 1
+                continue
+            ts = start_ns + round(offset)
         index += 1
         report.count("jsonl_record")
         for metric, value in samples:
-            rows.add(metric, ts, step, value)
+            try:
+                rows.add(metric, ts, step, value)
+            except ColumnFitError as exc:
+                report.add_bad(name, number, f"{metric!r} cannot be stored: {exc}")
     return mode or "record"
 
 

@@ -9,7 +9,11 @@ partial success; one with no valid item at all is a bad request. ``encode.py`` i
 for round-trip tests.
 
 Spans go through ``RowBatch.append_span``, the one place where hot attributes are promoted and open
-interval markers are filed.
+interval markers are filed. Every value is fitted to its column there (``rolloutscope.store.fit``):
+an item with a value that cannot be stored (a time past 2^63 − 1 ns, an attempt of 2^40, a
+checkpoint id sent as a list) is rejected like any other invalid item, so it never reaches a
+commit; a value coerced to fit is named in the partial-success message. A span repeated within
+one request (same trace_id and span_id) is kept once, the first time.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from google.protobuf.message import DecodeError
 from rolloutscope.collectors.otlp.errors import BadRequestError
 from rolloutscope.collectors.otlp.limits import DecodeLimits
 from rolloutscope.collectors.otlp.signals import Signal
+from rolloutscope.store.fit import MAX_NS, ColumnFitError, check_time, fit_attribute, time_problem
 from rolloutscope.store.rows import RowBatch, attributes_json
 from rolloutscope.vocabulary import Attr, ResourceAttr
 
@@ -57,12 +62,22 @@ class Decoded:
             self.problems.append(f"{what}: {why}")
 
     def message(self, noun: str) -> str:
-        """The partial-success error message: how many were rejected and the first reasons."""
-        if not self.rejected:
-            return ""
-        total = self.accepted + self.rejected
-        more = " …" if self.rejected > len(self.problems) else ""
-        return f"rejected {self.rejected} of {total} {noun}: " + "; ".join(self.problems) + more
+        """The partial-success error message: how many items were rejected and the first
+        reasons, then how many values were coerced to fit their columns (``fit``) and how.
+        Empty when everything was stored as sent."""
+        parts = []
+        if self.rejected:
+            total = self.accepted + self.rejected
+            more = " …" if self.rejected > len(self.problems) else ""
+            parts.append(f"rejected {self.rejected} of {total} {noun}: "
+                         + "; ".join(self.problems) + more)
+        coerced, notes = self.batch.coerced, self.batch.notes
+        if coerced:
+            more = " …" if coerced > len(notes) else ""
+            parts.append(f"coerced {coerced} value{'s' if coerced > 1 else ''} to fit "
+                         f"{'their columns' if coerced > 1 else 'its column'}: "
+                         + "; ".join(notes) + more)
+        return "; ".join(parts) if len(parts) < 2 else f"{parts[0]}. {parts[1]}"
 
 
 # -- body → message ----------------------------------------------------------------------
@@ -204,17 +219,25 @@ class _Resource:
     json: str | None
     service: str | None
     run_id: str | None
+    problem: str | None = None  # why none of this resource's items can be stored
 
 
-def _resource(resource, values: _Values) -> _Resource:
+def _resource(resource, values: _Values, batch: RowBatch) -> _Resource:
     try:
         attrs = values.attrs(resource.attributes)
     except ItemRejected as exc:
         raise BadRequestError("resource_attributes", f"resource: {exc}") from None
-    service = attrs.get(ResourceAttr.SERVICE_NAME)
-    run_id = attrs.get(ResourceAttr.RUN_ID)
-    return _Resource(attributes_json(attrs), None if service is None else str(service),
-                     None if run_id is None else str(run_id))
+    notes: list[str] = []
+    try:
+        service = fit_attribute(ResourceAttr.SERVICE_NAME,
+                                attrs.get(ResourceAttr.SERVICE_NAME), notes)
+        run_id = fit_attribute(ResourceAttr.RUN_ID, attrs.get(ResourceAttr.RUN_ID), notes)
+        resource_json = attributes_json(attrs)
+    except ColumnFitError as exc:
+        return _Resource(None, None, None, f"resource {exc}")
+    if notes:
+        batch._note("resource", notes)
+    return _Resource(resource_json, service, run_id)
 
 
 def _count_items(signal: Signal, request) -> int:
@@ -235,16 +258,22 @@ def decode_request(signal: Signal, request, limits: DecodeLimits,
     if total > limits.max_items_per_request:
         raise BadRequestError("too_many_items", f"request carries {total} {signal.item_noun}, "
                                                 f"limit {limits.max_items_per_request}")
-    decoded = Decoded(RowBatch() if batch is None else batch)
+    decoded = Decoded(RowBatch())
     values = _Values(limits)
     if signal is Signal.TRACES:
-        _decode_traces(request, decoded, values, limits)
+        if not _decode_traces(request, decoded, values, limits):
+            decoded = Decoded(RowBatch())
+            _decode_traces(request, decoded, values, limits, dedupe=True)
     elif signal is Signal.METRICS:
         _decode_metrics(request, decoded, values)
     else:
         _decode_logs(request, decoded, values)
     if decoded.rejected and not decoded.accepted:
         raise BadRequestError("no_valid_items", decoded.message(signal.item_noun))
+    if batch is not None:  # the caller's batch gets this request's rows, all or none
+        batch.extend(decoded.batch)
+        batch.notes.extend(decoded.batch.notes[:max(0, 5 - len(batch.notes))])
+        decoded.batch = batch
     return decoded
 
 
@@ -264,6 +293,8 @@ def _span_problem(span, limits: DecodeLimits) -> str | None:
     if span.end_time_unix_nano < span.start_time_unix_nano:
         return (f"end_time_unix_nano {span.end_time_unix_nano} is before "
                 f"start_time_unix_nano {span.start_time_unix_nano}")
+    if span.end_time_unix_nano > MAX_NS:
+        return time_problem(span.end_time_unix_nano, "end_time_unix_nano")
     if len(span.events) > limits.max_events_per_span:
         return f"{len(span.events)} events, limit {limits.max_events_per_span}"
     if len(span.links) > limits.max_links_per_span:
@@ -272,16 +303,31 @@ def _span_problem(span, limits: DecodeLimits) -> str | None:
 
 
 _ZERO_TRACE, _ZERO_SPAN = bytes(16), bytes(8)
+DUPLICATE = ("duplicate of an earlier span in this request (same trace_id and span_id); "
+             "the first is kept")
 
 
-def _decode_traces(request, decoded: Decoded, values: _Values, limits: DecodeLimits) -> None:
-    append = decoded.batch.append_span
+def _decode_traces(request, decoded: Decoded, values: _Values, limits: DecodeLimits, *,
+                   dedupe: bool = False) -> bool:
+    """Decode every span into ``decoded``; False when two spans taken share a span id (the
+    caller then decodes again with ``dedupe``)."""
+    batch = decoded.batch
+    append = batch.append_span
     attrs = values.attrs
     max_events, max_links = limits.max_events_per_span, limits.max_links_per_span
+    max_ns = MAX_NS
+    # A span repeated within one request is kept once. The ids of the spans taken are listed
+    # (cheap); only when two span ids are equal does the decode run again (``dedupe``) with a
+    # map of span_id -> trace_id (span ids are random 64-bit: a collision across traces is
+    # legal, and kept).
+    taken: list[bytes] = []
+    take = taken.append
+    seen: dict[bytes, bytes] = {}
+    collisions: set[bytes] = set()
     accepted = 0
     for rs in request.resource_spans:
-        res = _resource(rs.resource, values)
-        run_id, service, resource_json = res.run_id, res.service, res.json
+        res = _resource(rs.resource, values, batch)
+        run_id, service, resource_json, unfit = res.run_id, res.service, res.json, res.problem
         for ss in rs.scope_spans:
             scope = ss.scope.name or None
             for span in ss.spans:
@@ -290,28 +336,43 @@ def _decode_traces(request, decoded: Decoded, values: _Values, limits: DecodeLim
                 events, links = span.events, span.links
                 if not (len(trace_id) == 16 and len(span_id) == 8 and len(parent) in (0, 8)
                         and trace_id != _ZERO_TRACE and span_id != _ZERO_SPAN
-                        and 0 < start <= end
+                        and 0 < start <= end <= max_ns
                         and len(events) <= max_events and len(links) <= max_links):
                     decoded.reject(f"span {span_id.hex() or '-'}", _span_problem(span, limits))
                     continue
                 span_hex = span_id.hex()
+                if unfit is not None:
+                    decoded.reject(f"span {span_hex}", unfit)
+                    continue
+                if dedupe:
+                    first_trace = seen.setdefault(span_id, trace_id)
+                    if first_trace is not trace_id:
+                        if first_trace == trace_id or trace_id + span_id in collisions:
+                            decoded.reject(f"span {span_hex}", DUPLICATE)
+                            continue
+                        collisions.add(trace_id + span_id)
                 try:
                     span_attrs = attrs(span.attributes)
                     span_events = [(e.name, e.time_unix_nano, attrs(e.attributes))
                                    for e in events] if events else None
                     span_links = [(_link_ids(lk), lk.span_id.hex(), attrs(lk.attributes))
                                   for lk in links] if links else None
-                except ItemRejected as exc:
+                    kind, status = span.kind, span.status
+                    code = status.code
+                    append(run_id, trace_id.hex(), span_hex, parent.hex() or None, span.name,
+                           SPAN_KINDS[kind] if kind < 6 else "INTERNAL", service, start, end,
+                           STATUS_CODES[code] if code < 3 else "UNSET", status.message or None,
+                           span_attrs, resource_json, scope, span_events, span_links)
+                except (ItemRejected, ColumnFitError) as exc:
+                    # a rejected span does not count as seen: a later valid copy is kept
+                    if seen.get(span_id) is trace_id:
+                        del seen[span_id]
                     decoded.reject(f"span {span_hex}", str(exc))
                     continue
-                kind, status = span.kind, span.status
-                code = status.code
-                append(run_id, trace_id.hex(), span_hex, parent.hex() or None, span.name,
-                       SPAN_KINDS[kind] if kind < 6 else "INTERNAL", service, start, end,
-                       STATUS_CODES[code] if code < 3 else "UNSET", status.message or None,
-                       span_attrs, resource_json, scope, span_events, span_links)
+                take(span_id)
                 accepted += 1
     decoded.accepted += accepted
+    return dedupe or len(set(taken)) == len(taken)
 
 
 def _link_ids(link) -> str:
@@ -329,9 +390,10 @@ def _points(metric) -> tuple[str, Any]:
 
 
 def _decode_metrics(request, decoded: Decoded, values: _Values) -> None:
-    add = decoded.batch.add_row
+    batch = decoded.batch
+    add = batch.add_row
     for rm in request.resource_metrics:
-        res = _resource(rm.resource, values)
+        res = _resource(rm.resource, values, batch)
         for sm in rm.scope_metrics:
             for metric in sm.metrics:
                 kind, points = _points(metric)
@@ -340,26 +402,34 @@ def _decode_metrics(request, decoded: Decoded, values: _Values) -> None:
                     if p.time_unix_nano == 0:
                         decoded.reject(what, "time_unix_nano is missing")
                         continue
+                    if res.problem is not None:
+                        decoded.reject(what, res.problem)
+                        continue
+                    notes: list[str] = []
                     try:
+                        check_time(p.time_unix_nano, "time_unix_nano")
                         p_attrs = values.attrs(p.attributes)
-                    except ItemRejected as exc:
+                        step = p_attrs.get(Attr.METRIC_STEP)
+                        row = dict(run_id=res.run_id, service=res.service, name=metric.name,
+                                   kind=kind, ts_ns=p.time_unix_nano, unit=metric.unit or None,
+                                   step=None if step is None else fit_attribute(
+                                       Attr.METRIC_STEP, step, notes),
+                                   attributes=attributes_json(p_attrs), resource=res.json)
+                        if kind in ("gauge", "sum"):
+                            number = p.WhichOneof("value")
+                            row["value"] = None if number is None else float(getattr(p, number))
+                        else:  # histogram, exponential_histogram, summary
+                            row["count"] = p.count
+                            row["sum"] = p.sum
+                            if kind != "summary":
+                                row["min"] = p.min if p.HasField("min") else None
+                                row["max"] = p.max if p.HasField("max") else None
+                        add("metrics", **row)
+                    except (ItemRejected, ColumnFitError) as exc:
                         decoded.reject(what, str(exc))
                         continue
-                    step = p_attrs.get(Attr.METRIC_STEP)
-                    row = dict(run_id=res.run_id, service=res.service, name=metric.name,
-                               kind=kind, ts_ns=p.time_unix_nano, unit=metric.unit or None,
-                               step=step if isinstance(step, int) else None,
-                               attributes=attributes_json(p_attrs), resource=res.json)
-                    if kind in ("gauge", "sum"):
-                        number = p.WhichOneof("value")
-                        row["value"] = None if number is None else float(getattr(p, number))
-                    else:  # histogram, exponential_histogram, summary
-                        row["count"] = p.count
-                        row["sum"] = p.sum
-                        if kind != "summary":
-                            row["min"] = p.min if p.HasField("min") else None
-                            row["max"] = p.max if p.HasField("max") else None
-                    add("metrics", **row)
+                    if notes:
+                        batch._note(what, notes)
                     decoded.accepted += 1
 
 
@@ -371,7 +441,7 @@ _SEVERITY = ("UNSPECIFIED", "TRACE", "TRACE2", "TRACE3", "TRACE4", "DEBUG", "DEB
 def _decode_logs(request, decoded: Decoded, values: _Values) -> None:
     add = decoded.batch.add_row
     for rl in request.resource_logs:
-        res = _resource(rl.resource, values)
+        res = _resource(rl.resource, values, decoded.batch)
         for sl in rl.scope_logs:
             for rec in sl.log_records:
                 what = "log record"
@@ -383,20 +453,25 @@ def _decode_logs(request, decoded: Decoded, values: _Values) -> None:
                 if ts == 0:
                     decoded.reject(what, "neither time_unix_nano nor observed_time_unix_nano")
                     continue
+                if res.problem is not None:
+                    decoded.reject(what, res.problem)
+                    continue
                 try:
+                    check_time(ts, "time_unix_nano" if rec.time_unix_nano
+                               else "observed_time_unix_nano")
                     r_attrs = values.attrs(rec.attributes)
                     body = values.value(rec.body, "body") if rec.HasField("body") else None
-                except ItemRejected as exc:
+                    if body is not None and not isinstance(body, str):
+                        body = attributes_json({"body": body})[len('{"body":'):-1]
+                    severity = rec.severity_text or (
+                        _SEVERITY[rec.severity_number] if 0 < rec.severity_number < 25 else None)
+                    add("logs", run_id=res.run_id, service=res.service, ts_ns=ts,
+                        severity=severity, body=body, trace_id=rec.trace_id.hex() or None,
+                        span_id=rec.span_id.hex() or None, attributes=attributes_json(r_attrs),
+                        resource=res.json)
+                except (ItemRejected, ColumnFitError) as exc:
                     decoded.reject(what, str(exc))
                     continue
-                if body is not None and not isinstance(body, str):
-                    body = attributes_json({"body": body})[len('{"body":'):-1]
-                severity = rec.severity_text or (
-                    _SEVERITY[rec.severity_number] if 0 < rec.severity_number < 25 else None)
-                add("logs", run_id=res.run_id, service=res.service, ts_ns=ts, severity=severity,
-                    body=body, trace_id=rec.trace_id.hex() or None,
-                    span_id=rec.span_id.hex() or None, attributes=attributes_json(r_attrs),
-                    resource=res.json)
                 decoded.accepted += 1
 
 

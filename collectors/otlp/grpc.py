@@ -9,19 +9,19 @@ stock exporters retry rather than drop.
 
 from __future__ import annotations
 
-import hmac
-
 import grpc
 from google.protobuf.duration_pb2 import Duration
 from google.rpc.error_details_pb2 import RetryInfo
 
+from rolloutscope.auth import bearer_token_matches
+from rolloutscope.collectors.otlp.budget import ROW_BYTES_PER_BODY_BYTE, Held, InflightBudget
 from rolloutscope.collectors.otlp.decode import PROTOBUF
 from rolloutscope.collectors.otlp.errors import (
     BackpressureError,
     BadRequestError,
     UnavailableError,
 )
-from rolloutscope.collectors.otlp.receiver import OtlpReceiver
+from rolloutscope.collectors.otlp.receiver import ExportResult, OtlpReceiver, fingerprint
 from rolloutscope.collectors.otlp.signals import Signal
 
 RETRY_INFO_KEY = "google.rpc.retryinfo-bin"
@@ -34,27 +34,45 @@ def _retry_trailers(retry_after_s: float) -> tuple[tuple[str, bytes], ...]:
 
 
 class OtlpGrpcHandlers:
-    def __init__(self, receiver: OtlpReceiver) -> None:
+    """The three ``Export`` methods. Each is registered as stream-unary, which reads the same
+    bytes off the wire as unary but leaves reading the message to the handler: a call refused
+    for capacity (more than ``max_concurrent`` being read, decoded or committed, or the
+    ``InflightBudget`` spent) is answered before its message is read into memory."""
+
+    def __init__(self, receiver: OtlpReceiver, budget: InflightBudget, *,
+                 max_concurrent: int) -> None:
         self.receiver = receiver
+        self.budget = budget
+        self.max_concurrent = max_concurrent
+        self.active = 0
 
     def generic_handlers(self) -> list[grpc.GenericRpcHandler]:
         return [
             grpc.method_handlers_generic_handler(
                 signal.grpc_service,
-                {"Export": grpc.unary_unary_rpc_method_handler(self._handler(signal))})
+                {"Export": grpc.stream_unary_rpc_method_handler(self._handler(signal))})
             for signal in Signal
         ]
 
     def _handler(self, signal: Signal):
-        async def export(body: bytes, context: grpc.aio.ServicerContext) -> bytes:
-            return await self.export(signal, body, context)
+        async def export(requests, context: grpc.aio.ServicerContext) -> bytes:
+            return await self.export(signal, requests, context)
         return export
 
-    async def export(self, signal: Signal, body: bytes,
+    async def export(self, signal: Signal, requests,
                      context: grpc.aio.ServicerContext) -> bytes:
         counters = self.receiver.counters
+        if self.active >= self.max_concurrent:
+            counters.requests[("grpc", "RESOURCE_EXHAUSTED")] += 1
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"collector is at capacity ({self.active} gRPC exports in progress, limit "
+                f"{self.max_concurrent}); retry",
+                trailing_metadata=_retry_trailers(self.budget.retry_after_s))
+        self.active += 1
         try:
-            result = await self.receiver.export(signal, body, PROTOBUF)
+            with self.budget.hold() as held:
+                result = await self._export(signal, requests, held)
         except BadRequestError as exc:
             counters.problems[exc.problem] += 1
             counters.requests[("grpc", "INVALID_ARGUMENT")] += 1
@@ -67,30 +85,45 @@ class OtlpGrpcHandlers:
             counters.requests[("grpc", "UNAVAILABLE")] += 1
             await context.abort(grpc.StatusCode.UNAVAILABLE, exc.message,
                                 trailing_metadata=_retry_trailers(exc.retry_after_s))
+        finally:
+            self.active -= 1
         counters.requests[("grpc", "OK")] += 1
         response = signal.response_type()
-        if result.rejected:
+        if result.rejected or result.message:
             setattr(response.partial_success, f"rejected_{signal.item_noun}", result.rejected)
             response.partial_success.error_message = result.message
         return response.SerializeToString()
 
+    async def _export(self, signal: Signal, requests, held: Held) -> ExportResult:
+        body = b""
+        async for body in requests:  # a unary call: exactly one message
+            break
+        # gRPC has the message in memory already (and inflated it, up to its limit)
+        size = len(body)
+        held.reserve(size + ROW_BYTES_PER_BODY_BYTE * size, "the request and its rows")
+        sent = fingerprint(body)
+        decoded = self.receiver.decode(signal, body, PROTOBUF)
+        del body  # only the rows wait for the commit
+        held.release(size)
+        return await self.receiver.commit(signal, decoded, fingerprint=sent)
+
 
 class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
-    """Refuses every call without ``authorization: Bearer <token>`` (UNAUTHENTICATED)."""
+    """Refuses every call without ``authorization: Bearer <token>`` (UNAUTHENTICATED), before
+    its message is read."""
 
     def __init__(self, token: str) -> None:
-        self._expected = f"Bearer {token}".encode()
+        self._token = token
 
-        async def refuse(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        async def refuse(requests, context: grpc.aio.ServicerContext) -> bytes:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
 
-        self._refusal = grpc.unary_unary_rpc_method_handler(refuse)
+        self._refusal = grpc.stream_unary_rpc_method_handler(refuse)
 
     async def intercept_service(self, continuation, handler_call_details):
         for key, value in handler_call_details.invocation_metadata or ():
             if key == "authorization":
-                given = value.encode() if isinstance(value, str) else value
-                if hmac.compare_digest(given, self._expected):
+                if bearer_token_matches(value, self._token):
                     return await continuation(handler_call_details)
                 break
         return self._refusal

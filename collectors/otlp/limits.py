@@ -13,7 +13,7 @@ MiB = 1024 * 1024
 class DecodeLimits:
     max_body_bytes: int = 32 * MiB
     """Body as received (compressed or not); over it → 413 without reading further."""
-    max_decoded_bytes: int = 128 * MiB
+    max_decoded_bytes: int = 64 * MiB
     """What a gzip body may expand to; over it → 413 (a gzip bomb stops here)."""
     max_items_per_request: int = 1_000_000
     """Spans, data points or log records in one request."""

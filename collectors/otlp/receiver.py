@@ -1,10 +1,12 @@
 """Transport-independent export handling, and the bridge from the event loop to the writer.
 
-``OtlpReceiver.export`` is what both transports call: parse + decode (pure), then
-``enqueue(batch)`` and wait for the commit, counting every outcome. It knows only the
-``enqueue`` callable. ``CommitQueue`` is that callable in the service: it submits to the
+``OtlpReceiver`` is what both transports call: ``decode`` (parse + decode, pure), then
+``commit``: ``enqueue(batch)`` and wait for the commit, counting every outcome. It knows only
+the ``enqueue`` callable. ``CommitQueue`` is that callable in the service: it submits to the
 store's writer without blocking (a full queue is ``BackpressureError``, never unbounded
-buffering) and completes an asyncio future when the writer has committed the batch.
+buffering) and completes an asyncio future when the writer has committed the batch. A batch the
+store could not hold fails as ``BadRequestError`` (the data's fault, 400), a store failure as
+``UnavailableError`` (503): either only for the requests whose rows the commit held.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from rolloutscope.collectors.otlp.errors import (
 )
 from rolloutscope.collectors.otlp.limits import DecodeLimits
 from rolloutscope.collectors.otlp.signals import Signal
-from rolloutscope.store.errors import QueueFullError, StoreError
+from rolloutscope.store.errors import QueueFullError, StoreError, UnstorableBatchError
 from rolloutscope.store.rows import RowBatch
 
 log = logging.getLogger(__name__)
@@ -44,6 +46,11 @@ class ExportResult:
 
 
 class OtlpReceiver:
+    """Decodes requests (``decode``, synchronous: pure CPU, on the event loop) and commits their
+    rows (``commit``, awaiting the writer). The transports keep the two apart so that the body
+    and the parsed message are gone before a request waits for its commit: only its rows are
+    held in flight."""
+
     def __init__(self, *, enqueue: Enqueue, limits: DecodeLimits,
                  counters: CollectorCounters) -> None:
         self._enqueue = enqueue
@@ -53,22 +60,25 @@ class OtlpReceiver:
         # backpressure and later accepted is a retry: its items count as retried.
         self._refused: OrderedDict[tuple[int, int], None] = OrderedDict()
 
-    async def export(self, signal: Signal, body: bytes, encoding: str) -> ExportResult:
-        """Decode a (decompressed) body and commit its valid items. The transport counts
-        ``BadRequestError.problem``; this counts items."""
-        request = parse_request(signal, body, encoding)
-        return await self.export_message(signal, request, fingerprint=_fingerprint(body))
-
-    async def export_message(self, signal: Signal, request, *,
-                             fingerprint: tuple[int, int] | None = None) -> ExportResult:
+    def decode(self, signal: Signal, body: bytes, encoding: str) -> Decoded:
+        """Rows of a (decompressed) body. The transport counts ``BadRequestError.problem``;
+        this counts items."""
         try:
-            decoded: Decoded = decode_request(signal, request, self.limits)
+            decoded: Decoded = decode_request(signal, parse_request(signal, body, encoding),
+                                              self.limits)
         except BadRequestError as exc:
             self.counters.rejected_invalid[signal] += _items_in(exc)
             raise
         if decoded.rejected:
             self.counters.rejected_invalid[signal] += decoded.rejected
             self.counters.problems["invalid_items"] += 1
+        if decoded.batch.coerced:
+            self.counters.problems["coerced_values"] += 1
+        return decoded
+
+    async def commit(self, signal: Signal, decoded: Decoded, *,
+                     fingerprint: tuple[int, int] | None = None) -> ExportResult:
+        """Commit the decoded rows; returns once they are in the file."""
         if decoded.accepted:
             try:
                 await self._enqueue(decoded.batch)
@@ -77,12 +87,20 @@ class OtlpReceiver:
                 if fingerprint is not None:
                     self._remember_refusal(fingerprint)
                 raise
+            except BadRequestError:  # the rows could not be stored: the data's fault
+                self.counters.rejected_invalid[signal] += decoded.accepted
+                raise
             self.counters.accepted[signal] += decoded.accepted
             if fingerprint is not None and fingerprint in self._refused:
                 del self._refused[fingerprint]
                 self.counters.retried[signal] += decoded.accepted
         return ExportResult(decoded.accepted, decoded.rejected,
                             decoded.message(signal.item_noun))
+
+    async def export(self, signal: Signal, body: bytes, encoding: str) -> ExportResult:
+        """``decode`` then ``commit``, for callers that hold the body anyway."""
+        decoded = self.decode(signal, body, encoding)
+        return await self.commit(signal, decoded, fingerprint=fingerprint(body))
 
     def _remember_refusal(self, fingerprint: tuple[int, int]) -> None:
         self._refused[fingerprint] = None
@@ -91,7 +109,8 @@ class OtlpReceiver:
             self._refused.popitem(last=False)
 
 
-def _fingerprint(body: bytes) -> tuple[int, int]:
+def fingerprint(body: bytes) -> tuple[int, int]:
+    """What tells a retried body from a new one (a stock exporter resends it unchanged)."""
     return (zlib.crc32(body), len(body))
 
 
@@ -146,6 +165,9 @@ class CommitQueue:
             try:
                 commit.wait()
                 outcome: BaseException | None = None
+            except UnstorableBatchError as exc:
+                outcome = BadRequestError("unstorable_rows",
+                                          f"the request's rows cannot be stored: {exc}")
             except StoreError as exc:
                 outcome = UnavailableError(f"commit failed: {exc}", self.retry_after_s)
             loop.call_soon_threadsafe(_settle, future, outcome)

@@ -155,6 +155,10 @@ class AgentParticipant(Participant):
         self._move(ex, ExecutionState.PARKED, state)
         return state
 
+    def model_call_delivered(self, key: ExecutionKey) -> None:
+        """The run's policy response arrived. This generation of the agent parks only at turn
+        boundaries, so the model ignores it; a generation-2 agent leaves ``awaiting_model``."""
+
     def complete(self, key: ExecutionKey, result: str) -> CompletionReceipt:
         ex = self._executions[key]
         if ex.state not in (ExecutionState.RUNNING, ExecutionState.PARK_REQUESTED):

@@ -33,6 +33,10 @@ class TryDeadlines:
         self._state_when = state_when
         self._on_fired = on_fired
         self._open: dict[Hashable, RLTry] = {}  # deadline key -> the try it guards
+        # a real _Deadline on the virtual-time runtime fires itself: it says so here instead
+        # of being armed on the timeline (its due_at() is None)
+        if getattr(registry, "fires_itself", False):
+            registry.on_fire = self.fired
 
     def start(self, t: RLTry, budget_s: float) -> None:
         d = t.deadline = self._registry.add((t.group.prompt.idx, t.index),
@@ -80,6 +84,12 @@ class TryDeadlines:
         due = d.due_at() if d is not None else None
         if due is not None:
             t.fire_timer = self._timeline.at(due, self._fire, t, priority=Priority.DEADLINE)
+
+    def fired(self, key: Hashable) -> None:
+        """A deadline that fires itself expired (posted by its runtime at the instant)."""
+        t = self._open.get(key)
+        if t is not None:
+            self._fire(t)
 
     def _fire(self, t: RLTry) -> None:
         t.fire_timer = None

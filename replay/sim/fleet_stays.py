@@ -3,8 +3,8 @@ fleet-health model goes through ``call``, and each transition it causes ends one
 shard and opens the next.
 
 A model with the reference model's observer hook reports its transitions itself; one without it
-(a user's class behind ``plugins.FleetHealthAdapter`` may not call it) has them derived by
-diffing ``snapshot()`` against the last one seen.
+(``real.rl_fleet.RealFleetHealth`` built without an observer) has them derived by diffing
+``snapshot()`` against the last one seen.
 """
 
 from __future__ import annotations

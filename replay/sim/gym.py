@@ -265,6 +265,7 @@ class GymSide:
             self._prepare.gym_changed()  # a stream that ended may unblock a prepare
 
     def _delivered(self, run: Run) -> None:
+        self._agent.model_call_delivered(run.key)
         if self.environment_dead:
             run.activity = Activity.TOOL  # a dead Gym subprocess never answers the tool step
             return

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rolloutscope.vocabulary import ParticipantKind
 from rolloutscope.replay.engine import Priority, Timer
-from rolloutscope.replay.participants.agent import AgentParticipant
 from rolloutscope.replay.participants.environment import ResourcesParticipant
 from rolloutscope.replay.participants.model import ModelParticipant
 from rolloutscope.replay.participants.protocol import NoteKind, Participant
@@ -35,11 +35,11 @@ class ParticipantNotes:
             for note in p.drain_notes():
                 if note.kind is NoteKind.ADMISSION_CLOSED:
                     self._rec.admission_closed(p, note, parent)
-                    if isinstance(p, AgentParticipant):
+                    if p.kind is ParticipantKind.AGENT:
                         gym.on_park_requested()
                 elif note.kind is NoteKind.ADMISSION_OPENED:
                     self._rec.admission_opened(p, note)
-                    if isinstance(p, AgentParticipant):
+                    if p.kind is ParticipantKind.AGENT:
                         gym.on_agent_released(p.released)
                     elif isinstance(p, ModelParticipant):
                         gym.on_model_reopened(p.delivered, p.admitted)

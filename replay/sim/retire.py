@@ -3,7 +3,8 @@ abandoned executions; the agent refuses a finished one and hands back its receip
 
 from __future__ import annotations
 
-from rolloutscope.replay.participants.agent import AgentParticipant, CompletionReceipt
+from rolloutscope.vocabulary import ParticipantKind
+from rolloutscope.replay.participants.agent import CompletionReceipt
 from rolloutscope.replay.participants.protocol import EpisodeId
 from rolloutscope.replay.sim.ports import AgentServer, Coordinator, GymForCheckpoint, NoteDrain
 from rolloutscope.replay.sim.snapshot_recorder import SnapshotRecorder
@@ -32,7 +33,7 @@ class RetireCoordinator:
         receipts: list[CompletionReceipt] = []
         for p, reply in fan.replies:
             self._rec.retire_replied(handle, p, reply, len(episodes))
-            if isinstance(p, AgentParticipant) and reply.ok:
+            if p.kind is ParticipantKind.AGENT and reply.ok:
                 self._gym.retired(reply.extra.get("retired", ()))
                 receipts.extend(reply.extra.get("receipts", ()))
         self._notes.drain()

@@ -39,13 +39,32 @@ from rolloutscope.replay.sim.retire import RetireCoordinator
 from rolloutscope.replay.sim.signals import PrepareWatch, RunEnd
 from rolloutscope.replay.sim.snapshot import SnapshotProcess
 from rolloutscope.replay.sim.snapshot_recorder import SnapshotRecorder
-from rolloutscope.replay.telemetry import Telemetry
+from rolloutscope.replay.telemetry import VIRTUAL_EPOCH_NS, Telemetry
 from rolloutscope.replay.variants import Variant
+from rolloutscope.replay.virtual_time import AsyncRuntime
 
 
 # builds the controller's deadline registry: (clock, counted holders?) -> a registry with the
 # reference model's public methods (add, complete, cancel, fire, suspend, resume)
 DeadlineRegistryFactory = Callable[..., DeadlineBook]
+# builds the agent participant: (instance, lease_grace_s[, runtime]) -> an ``AgentServer`` that
+# is also a checkpoint participant (Gym's real one: ``replay.real.gym_agent``)
+AgentParticipantFactory = Callable[..., Any]
+
+
+def _build(factory: Callable[..., Any], runtime: Callable[[], AsyncRuntime],
+           **kwargs: Any) -> Any:
+    """Call a participant factory, handing it the virtual-time runtime if it takes one (real
+    async code runs there)."""
+    import inspect
+
+    takes = getattr(factory, "takes_runtime", None)
+    if takes is None:
+        try:
+            takes = "runtime" in inspect.signature(factory).parameters
+        except (TypeError, ValueError):
+            takes = False
+    return factory(**kwargs, runtime=runtime()) if takes else factory(**kwargs)
 
 
 def reference_deadline_registry(*, clock: Clock, counted: bool) -> DeadlineRegistry:
@@ -65,6 +84,7 @@ class World:
                  fleet_health_factory: FleetHealthFactory | None = None,
                  router_factory: RouterFactory | None = None,
                  deadline_registry_factory: DeadlineRegistryFactory | None = None,
+                 agent_participant_factory: AgentParticipantFactory | None = None,
                  generation: GenerationSession | None = None) -> None:
         self.scenario = scenario
         # real model calls (a wall-clock replay on an engine); None: the captured timings
@@ -72,6 +92,7 @@ class World:
         v = self.variants = frozenset(variants)
         self.tel = tel
         sched = self.sched = sched or Scheduler()
+        self._runtime: AsyncRuntime | None = None
         clock = sched.clock
         cfg, faults = scenario.config, scenario.faults
 
@@ -83,7 +104,10 @@ class World:
             generation_cuts=cfg.checkpoint.generation_cuts,
             calls_wait_at_closed_admission=Variant.CALLS_WAIT_AT_CLOSED_ADMISSION in v,
             **lease)
-        self.agent = AgentParticipant(instance="agent", **lease)
+        self.agent = AgentParticipant(instance="agent", **lease) \
+            if agent_participant_factory is None else _build(
+                agent_participant_factory, lambda: self.runtime, instance="agent",
+                lease_grace_s=cfg.checkpoint.lease_grace_s)
         self.resources = ResourcesParticipant(instance="resources", **lease)
         self.coordinator = CheckpointCoordinator({
             ParticipantKind.ENVIRONMENT: [self.environment], ParticipantKind.MODEL: [self.model],
@@ -93,8 +117,8 @@ class World:
         # training switch restart that switch's clocks early
         counted = bool({Variant.COUNTED_DEADLINE_HOLDERS,
                         Variant.PAUSE_DEADLINES_DURING_SNAPSHOT} & v)
-        self.deadlines = (deadline_registry_factory or reference_deadline_registry)(
-            clock=clock, counted=counted)
+        self.deadlines = _build(deadline_registry_factory or reference_deadline_registry,
+                                lambda: self.runtime, clock=clock, counted=counted)
 
         # -- the sides
         self.run_end = RunEnd(stop=sched.stop)
@@ -127,10 +151,27 @@ class World:
             timeline=sched, coordinator=self.coordinator, workers=self.model, gym=self.gym,
             controller=self.controller, notes=notes, prepare=self.prepare,
             recorder=checkpoint_rec)
+        # a real participant acts on its own on the runtime (its lease expires, a parked run
+        # resumes): its notes are drained then, and a waiting prepare re-checked
+        if hasattr(self.agent, "on_change"):
+            self.agent.on_change = lambda: (notes.drain(), self.prepare.gym_changed())
 
     @property
     def now(self) -> float:
         return self.sched.clock.t
+
+    @property
+    def runtime(self) -> AsyncRuntime:
+        """The event loop real async participants run on, on this replay's clock (made on first
+        use: a replay of the reference models never needs one)."""
+        if self._runtime is None:
+            self._runtime = AsyncRuntime(self.sched, epoch_s=VIRTUAL_EPOCH_NS / 1e9)
+        return self._runtime
+
+    def close(self) -> None:
+        """Stop what real participant code still runs (after the horizon)."""
+        if self._runtime is not None:
+            self._runtime.close()
 
     @property
     def completions(self) -> int:

@@ -12,12 +12,14 @@ from rolloutscope.collectors.importers.files import KINDS
 
 
 def _start_ns(text: str | None) -> int | None:
-    from rolloutscope.collectors.importers.log_lines import parse_iso8601
+    from rolloutscope.collectors.importers.log_lines import TimeOutOfRange, parse_iso8601
 
     if text is None:
         return None
     try:
         return parse_iso8601(text)
+    except TimeOutOfRange as exc:
+        raise UsageError(f"--start: {exc}") from None
     except ValueError:
         raise UsageError(f"--start {text!r} is not an ISO 8601 time") from None
 

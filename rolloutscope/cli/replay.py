@@ -15,9 +15,14 @@ from rolloutscope.replay.errors import ReplayError
 
 VARIANT_HELP = ("turn a fix on (repeatable): pause-deadlines-during-snapshot, "
                 "counted-deadline-holders, retire-then-adopt, calls-wait-at-closed-admission, ...")
-PARTICIPANT_HELP = ("replay a real implementation (repeatable): KIND=module:factory or KIND=NAME "
-                    "of an entry point in group rolloutscope.participants; KIND is "
-                    "checkpoint_participant, deadline_registry, fleet_health or router")
+PARTICIPANT_HELP = ("replay real code in place of a reference model (repeatable): KIND=nemo_rl "
+                    "or KIND=nemo_gym (the upstream class, from --participant-path or "
+                    "ROLLOUTSCOPE_NEMO_RL_SRC / ROLLOUTSCOPE_NEMO_GYM_SRC), KIND=module:Class, "
+                    "KIND=module:factory or KIND=NAME of an entry point in group "
+                    "rolloutscope.participants; KIND is fleet_health, router, deadline, "
+                    "deadline_registry or agent_participant (docs/replaying-real-code.md)")
+PATH_HELP = ("where the upstream code is (repeatable): nemo_rl=CHECKOUT or nemo_gym=CHECKOUT, a "
+             "directory holding nemo_rl/ or nemo_gym/; 'doubles' for this project's stand-ins")
 
 
 def _backend_factory(args: argparse.Namespace):
@@ -53,11 +58,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise UsageError("--out must be another file than the captured run")
     backend = _backend_factory(args)
     try:
+        from rolloutscope.replay.plugins import parse_paths
+
+        paths = parse_paths(args.participant_path or ())
         capture = capture_from_store(src, args.run_id, incident_id=args.incident,
                                      pad_s=args.pad)
         result = replay_run(capture, out=out, variants=args.variant or (),
-                            participants=args.participant or (),
+                            participants=args.participant or (), participant_paths=paths,
                             check_determinism=not args.no_determinism_check,
+                            compare_reference=not args.no_reference_comparison,
                             fail_on_divergence=False, backend=backend,
                             speed=args.speed or 1.0)
     except ReplayError as exc:
@@ -132,8 +141,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="seconds of history around the incident (default: the larger of "
                          "prepare_timeout_s and rollout_timeout_s)")
     rp.add_argument("--variant", action="append", metavar="V", help=VARIANT_HELP)
-    rp.add_argument("--participant", action="append", metavar="KIND=module:factory",
+    rp.add_argument("--participant", action="append", metavar="KIND=REF",
                     help=PARTICIPANT_HELP)
+    rp.add_argument("--participant-path", action="append", metavar="NAME=PATH",
+                    help=PATH_HELP)
+    rp.add_argument("--no-reference-comparison", action="store_true",
+                    help="with plugged participants, skip replaying the reference models to "
+                         "report where the runs part")
     rp.add_argument("--out", required=True, help="run store to write the replay into")
     rp.add_argument("--report", metavar="PATH", help="write a comparison report (.md or .html)")
     rp.add_argument("--no-determinism-check", action="store_true",

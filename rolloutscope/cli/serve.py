@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from rolloutscope.cli import UsageError
+from rolloutscope.collectors.otlp.connections import RateLimitedLog, RateLimitFilter
 from rolloutscope.collectors.otlp.limits import MiB, DecodeLimits
 from rolloutscope.collectors.query import QueryLimits
 from rolloutscope.collectors.service import (
@@ -20,6 +21,7 @@ from rolloutscope.collectors.service import (
     CollectorConfig,
     CollectorService,
     Endpoints,
+    raise_open_file_limit,
 )
 
 READY_PREFIX = "rolloutscope collector ready "
@@ -48,8 +50,14 @@ def config_from_args(args: argparse.Namespace) -> CollectorConfig:
                                 max_decoded_bytes=int(args.max_decoded_mib * MiB),
                                 max_attributes=args.max_attributes,
                                 max_attribute_value_bytes=args.max_attribute_value_bytes),
-            query=QueryLimits(timeout_s=args.query_timeout_s),
-            max_queued_rows=args.max_queued_rows, retry_after_s=args.retry_after_s)
+            query=QueryLimits(timeout_s=args.query_timeout_s,
+                              max_result_bytes=int(args.query_max_result_mib * MiB),
+                              max_rows=args.query_max_rows),
+            max_queued_rows=args.max_queued_rows, retry_after_s=args.retry_after_s,
+            commit_max_delay_ms=args.commit_max_delay_ms,
+            max_inflight_bytes=int(args.max_inflight_mib * MiB),
+            max_connections=args.max_connections, header_timeout_s=args.header_timeout_s,
+            body_timeout_s=args.body_timeout_s, store_memory_mib=args.store_memory_mib)
     except (BindRefusedError, ValueError) as exc:
         raise UsageError(str(exc)) from None
 
@@ -57,11 +65,25 @@ def config_from_args(args: argparse.Namespace) -> CollectorConfig:
 DASHBOARD_READY_PREFIX = "rolloutscope dashboard ready "
 
 
+def _rate_limited_loop_errors(loop: asyncio.AbstractEventLoop) -> None:
+    """The event loop's own error reports (``socket.accept() out of system resource``, a
+    transport's failure) at most once per 10 s each, with how many were held back."""
+    limited = RateLimitedLog(logging.getLogger("rolloutscope.collectors.loop"))
+
+    def report(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+        message = context.get("message", "event loop error")
+        exc = context.get("exception")
+        limited.warning(message, "%s%s", message, f": {exc!r}" if exc is not None else "")
+
+    loop.set_exception_handler(report)
+
+
 async def _serve(config: CollectorConfig, *, dashboard_port: int | None) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    _rate_limited_loop_errors(loop)
     service = CollectorService(config)
 
     async def ready(endpoints: Endpoints) -> None:
@@ -70,7 +92,8 @@ async def _serve(config: CollectorConfig, *, dashboard_port: int | None) -> None
               flush=True)
         if dashboard_port is not None:
             # the live dashboard reads the store in this process: DuckDB admits no second
-            # process while the collector writes. It always binds loopback (it has no token).
+            # process while the collector writes. It always binds loopback, and asks for the
+            # collector's token when it has one.
             from rolloutscope.dashboard.app import start_dashboard
 
             try:
@@ -78,7 +101,7 @@ async def _serve(config: CollectorConfig, *, dashboard_port: int | None) -> None
                          f"OTLP/gRPC {endpoints.grpc}")
                 dashboard = await asyncio.to_thread(start_dashboard, service.store,
                                                     port=dashboard_port, live=True,
-                                                    waiting_for=where)
+                                                    waiting_for=where, token=config.token)
             except OSError as exc:  # collecting matters more than the view of it
                 print(f"rolloutscope serve: live dashboard not started: {exc}", file=sys.stderr,
                       flush=True)
@@ -91,9 +114,15 @@ async def _serve(config: CollectorConfig, *, dashboard_port: int | None) -> None
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    # every connection is a file descriptor: take what the hard limit allows before the
+    # service sizes its connection caps from it
+    raise_open_file_limit()
     config = config_from_args(args)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # whatever a flood of senders makes any library log, it logs at a bounded rate
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RateLimitFilter())
     try:
         asyncio.run(_serve(config, dashboard_port=None if args.no_dashboard
                            else args.dashboard_port))
@@ -125,7 +154,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-queued-rows", type=int, default=CollectorConfig.max_queued_rows,
                    help="rows waiting for commit before senders get 429 / RESOURCE_EXHAUSTED")
     p.add_argument("--retry-after-s", type=float, default=CollectorConfig.retry_after_s)
+    p.add_argument("--commit-max-delay-ms", type=float,
+                   default=CollectorConfig.commit_max_delay_ms,
+                   help="longest a request waits for its group commit to gather others")
     p.add_argument("--query-timeout-s", type=float, default=QueryLimits().timeout_s)
+    p.add_argument("--query-max-result-mib", type=float,
+                   default=QueryLimits().max_result_bytes / MiB,
+                   help="largest query result, serialised")
+    p.add_argument("--query-max-rows", type=int, default=QueryLimits().max_rows,
+                   help="most rows a query result may hold")
+    p.add_argument("--max-inflight-mib", type=float,
+                   default=CollectorConfig.max_inflight_bytes / MiB,
+                   help="memory held for requests not yet answered (bodies and their decoded "
+                        "rows) before senders get 429 / RESOURCE_EXHAUSTED")
+    p.add_argument("--max-connections", type=int, default=CollectorConfig.max_connections,
+                   help="open connections per server (fewer if the open-file limit is lower)")
+    p.add_argument("--header-timeout-s", type=float, default=CollectorConfig.header_timeout_s,
+                   help="time a connection has to send a request head")
+    p.add_argument("--body-timeout-s", type=float, default=CollectorConfig.body_timeout_s,
+                   help="time a request has to send its body")
+    p.add_argument("--store-memory-mib", type=int, default=CollectorConfig.store_memory_mib,
+                   help="DuckDB's memory limit for the run file (it spills to disk past it)")
     p.add_argument("--dashboard-port", type=_port, default=5006,
                    help="live dashboard on 127.0.0.1 at this port (0 picks a free one)")
     p.add_argument("--no-dashboard", action="store_true", help="collect only")

@@ -60,6 +60,11 @@ class ReadOnlyStoreError(StoreError):
     """A write was attempted on a store opened read-only."""
 
 
+class UnstorableBatchError(StoreError):
+    """A batch whose values the store cannot hold (it bypassed ``RowBatch``'s checks, or a
+    check missed something): the submitter's fault, and only the submitter's."""
+
+
 class QueueFullError(StoreError):
     """The writer's bounded queue cannot take the batch now (backpressure)."""
 

@@ -8,17 +8,44 @@ happens here and only here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rolloutscope.store.schema import ARROW_SCHEMAS, COLUMNS
+from rolloutscope.store.fit import (
+    INT64_MAX,
+    INT64_MIN,
+    ColumnFitError,
+    check_time,
+    describe,
+    fit_attribute,
+    fit_column,
+    time_problem,
+    valid_text,
+)
+from rolloutscope.store.schema import ARROW_SCHEMAS, BATCH_TABLES
 from rolloutscope.vocabulary import Attr
 
 _dumps = orjson.dumps
+_FAST_TYPES = {"VARCHAR": str, "BIGINT": int, "INTEGER": int, "DOUBLE": float}
+
+
+class _TableSpec:
+    """A batch table's columns as ``add_row`` checks them."""
+
+    __slots__ = ("names", "fast", "sql", "int32")
+
+    def __init__(self, cols) -> None:
+        self.names = tuple(name for name, _, _ in cols)  # in the table's order
+        self.sql = {name: sql for name, sql, _ in cols}
+        self.fast = {name: _FAST_TYPES[sql] for name, sql, _ in cols}  # the usual Python type
+        self.int32 = frozenset(name for name, sql, _ in cols if sql == "INTEGER")
+
+
+_SPECS = {table: _TableSpec(cols) for table, cols in BATCH_TABLES.items()}
 
 # Which run a row belongs to, in order: the span's own ``nemo.run.id`` attribute (a replay
 # writes several runs through one process), its resource's ``nemo.run.id``, else the run the
@@ -29,7 +56,8 @@ RUN_RULE = ("span nemo.run.id", "resource nemo.run.id", "the store's default run
 
 
 def attributes_json(attributes: Mapping[str, Any] | None) -> str | None:
-    """JSON text of an attribute mapping (tuples become arrays; non-finite floats become null)."""
+    """JSON text of an attribute mapping (tuples become arrays; non-finite floats become null).
+    Raises ``ColumnFitError`` for what no JSON text can hold (a string with lone surrogates)."""
     if not attributes:
         return None
     if type(attributes) is not dict:
@@ -37,8 +65,12 @@ def attributes_json(attributes: Mapping[str, Any] | None) -> str | None:
     try:
         return _dumps(attributes).decode()
     except TypeError:
-        # bytes or other non-JSON values (OTLP bytes / kvlist from a receiver): stringify them
+        pass
+    # bytes or other non-JSON values (OTLP bytes / kvlist from a receiver): stringify them
+    try:
         return _dumps({str(k): _jsonable(v) for k, v in attributes.items()}).decode()
+    except TypeError as exc:
+        raise ColumnFitError(f"attributes cannot be stored as JSON: {exc}") from None
 
 
 def _jsonable(value: Any) -> Any:
@@ -53,35 +85,50 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def _int_or_none(value: Any) -> int | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
+# the promoted keys as module constants: one name lookup each on the hot path, not two
+_ROLLOUT_ID, _EPISODE_ROLLOUT_ID = Attr.ROLLOUT_ID, Attr.EPISODE_ROLLOUT_ID
+_RL_ATTEMPT, _EPISODE_ATTEMPT = Attr.RL_ATTEMPT, Attr.EPISODE_ATTEMPT
+_PROMPT_IDX, _CHECKPOINT_ID = Attr.PROMPT_IDX, Attr.CHECKPOINT_ID
+_PARTICIPANT_KIND, _SHARD_IDX = Attr.CK_PARTICIPANT_KIND, Attr.SHARD_IDX
 
 
-def promoted(attrs: Mapping[str, Any]) -> tuple[Any, Any, Any, Any, Any, Any]:
-    """(rollout_id, attempt, prompt_idx, checkpoint_id, participant_kind, shard_idx)."""
+def promoted(attrs: Mapping[str, Any], notes: list[str] | None = None
+             ) -> tuple[Any, Any, Any, Any, Any, Any]:
+    """(rollout_id, attempt, prompt_idx, checkpoint_id, participant_kind, shard_idx), each
+    fitted to its column (``fit.PROMOTED``). Raises ``ColumnFitError`` for a value that does not
+    fit; appends to ``notes`` what it coerced."""
     get = attrs.get
-    rollout_id = get(Attr.ROLLOUT_ID)
+    rollout_id = get(_ROLLOUT_ID)
     if rollout_id is None:
-        rollout_id = get(Attr.EPISODE_ROLLOUT_ID)
-    attempt = get(Attr.RL_ATTEMPT)
+        rollout_id = get(_EPISODE_ROLLOUT_ID)
+        if rollout_id is not None and type(rollout_id) is not str:
+            rollout_id = fit_attribute(_EPISODE_ROLLOUT_ID, rollout_id, notes)
+    elif type(rollout_id) is not str:
+        rollout_id = fit_attribute(_ROLLOUT_ID, rollout_id, notes)
+    attempt = get(_RL_ATTEMPT)
     if attempt is None:
-        attempt = get(Attr.EPISODE_ATTEMPT)
-    prompt_idx = get(Attr.PROMPT_IDX)
-    shard_idx = get(Attr.SHARD_IDX)
-    # ``type(x) is int`` first: the usual case, and it excludes bool as _int_or_none does
-    return (
-        None if rollout_id is None else str(rollout_id),
-        attempt if type(attempt) is int else _int_or_none(attempt),
-        prompt_idx if type(prompt_idx) is int else _int_or_none(prompt_idx),
-        get(Attr.CHECKPOINT_ID),
-        get(Attr.CK_PARTICIPANT_KIND),
-        shard_idx if type(shard_idx) is int else _int_or_none(shard_idx),
-    )
+        attempt = get(_EPISODE_ATTEMPT)
+        if attempt is not None and not (type(attempt) is int and
+                                        -2147483648 <= attempt <= 2147483647):
+            attempt = fit_attribute(_EPISODE_ATTEMPT, attempt, notes)
+    elif not (type(attempt) is int and -2147483648 <= attempt <= 2147483647):
+        attempt = fit_attribute(_RL_ATTEMPT, attempt, notes)
+    prompt_idx = get(_PROMPT_IDX)
+    if prompt_idx is not None and not (type(prompt_idx) is int and
+                                       -9223372036854775808 <= prompt_idx <= 9223372036854775807):
+        prompt_idx = fit_attribute(_PROMPT_IDX, prompt_idx, notes)
+    checkpoint_id = get(_CHECKPOINT_ID)
+    if checkpoint_id is not None and type(checkpoint_id) is not str:
+        checkpoint_id = fit_attribute(_CHECKPOINT_ID, checkpoint_id, notes)
+    kind = get(_PARTICIPANT_KIND)
+    if kind is not None and type(kind) is not str:
+        kind = fit_attribute(_PARTICIPANT_KIND, kind, notes)
+    shard_idx = get(_SHARD_IDX)
+    if shard_idx is not None and not (type(shard_idx) is int and
+                                      -2147483648 <= shard_idx <= 2147483647):
+        shard_idx = fit_attribute(_SHARD_IDX, shard_idx, notes)
+    # (the literals above are the INTEGER and BIGINT ranges of fit.py, as constants)
+    return rollout_id, attempt, prompt_idx, checkpoint_id, kind, shard_idx
 
 
 _NOT_PROMOTED = (None, None, None, None, None, None)
@@ -93,6 +140,29 @@ _ROW_KEYS = frozenset((
     Attr.RUN_ID, Attr.OPEN_MARKER_FOR,
 ))
 _MARKER_KEYS = (Attr.OPEN_MARKER_FOR, Attr.OPEN_MARKER_PARENT)
+MAX_NOTES = 5  # coercions quoted per batch; the rest are only counted
+
+
+def span_problem(start_ns: Any, end_ns: Any, **text: Any) -> str | None:
+    """Why a span's own scalars cannot be stored, or None: its times (``end_ns`` may be None)
+    and its text fields (``name`` required, the others str or None)."""
+    problem = time_problem(start_ns, "start time")
+    if problem is None and end_ns is not None:
+        problem = time_problem(end_ns, "end time")
+    return problem or text_problem(**text)
+
+
+def text_problem(**fields: Any) -> str | None:
+    """Why one of a span's text fields (``name`` required, the others str or None) cannot be
+    stored, or None."""
+    for what, value in fields.items():
+        if value is None and what != "name":
+            continue
+        if not isinstance(value, str):
+            return f"{what.replace('_', ' ')} {describe(value)} is not a string"
+        if not valid_text(value):
+            return f"{what.replace('_', ' ')} {describe(value)} is not valid Unicode text"
+    return None
 
 
 class RowBatch:
@@ -100,21 +170,34 @@ class RowBatch:
     (one append per row; the transpose to columns happens once, in C, in ``arrow``).
     Not thread-safe; hand it to the writer whole.
 
+    Every value is fitted to its column as it is added (``rolloutscope.store.fit``): a span,
+    event or row that cannot be stored raises ``ColumnFitError`` and adds nothing, so one bad
+    item never reaches a commit. What was coerced to fit is counted in ``coerced`` and the first
+    ``MAX_NOTES`` are described in ``notes``.
+
     ``append_span`` is the entry point the exporter and the OTLP decoder share (positional,
     no copies); ``add_span`` is its keyword form for everyone else.
     """
 
-    __slots__ = ("tables", "rows")
+    __slots__ = ("tables", "rows", "coerced", "notes")
 
     def __init__(self) -> None:
         self.tables: dict[str, list[tuple[Any, ...]]] = {}
         self.rows = 0
+        self.coerced = 0
+        self.notes: list[str] = []
 
     def _rows(self, table: str) -> list[tuple[Any, ...]]:
         rows = self.tables.get(table)
         if rows is None:
             rows = self.tables[table] = []
         return rows
+
+    def _note(self, what: str, notes: list[str]) -> None:
+        self.coerced += len(notes)
+        for note in notes:
+            if len(self.notes) < MAX_NOTES:
+                self.notes.append(f"{what}: {note}")
 
     def append_span(
         self, run_id: str | None, trace_id: str, span_id: str, parent_span_id: str | None,
@@ -125,41 +208,91 @@ class RowBatch:
         links: Iterable[tuple[str, str, Mapping[str, Any]]] | None = None,
     ) -> None:
         """``add_span`` for the hot paths: positional, and ``attributes`` must be a plain
-        ``dict`` that the caller hands over (it is read, never modified)."""
+        ``dict`` that the caller hands over (it is read, never modified). Raises
+        ``ColumnFitError`` (adding nothing) when a promoted attribute, an event or the
+        attributes cannot be stored.
+
+        The span's own scalars are the caller's to guarantee, because the hot callers already
+        know them: text fields (ids, name, kind, service, status message, scope) str or None,
+        ``start_ns`` an int and ``end_ns`` an int or None within BIGINT. The OTLP decoder's are
+        (protobuf strings and uint64 times it checks against ``fit.MAX_NS``), the exporter
+        checks the SDK's with ``span_problem``, and ``add_span`` checks its caller's."""
         if _ROW_KEYS.isdisjoint(attributes):
+            if not events and not links:  # most spans: one row, nothing to promote
+                self._rows("spans").append((
+                    run_id, trace_id, span_id, parent_span_id, name, kind, service, start_ns,
+                    end_ns, status_code, status_message, None, None, None, None, None, None,
+                    attributes_json(attributes), resource_json, scope))
+                self.rows += 1
+                return
             promo = _NOT_PROMOTED
+            notes = None
         else:
-            promo = promoted(attributes)
-            run_id = attributes.get(Attr.RUN_ID, run_id)
+            notes = []
+            promo = promoted(attributes, notes)
+            if Attr.RUN_ID in attributes:
+                span_run = attributes[Attr.RUN_ID]
+                if span_run is not None:
+                    run_id = span_run if type(span_run) is str else fit_attribute(
+                        Attr.RUN_ID, span_run, notes)
             marker_for = attributes.get(Attr.OPEN_MARKER_FOR)
             if marker_for is not None:
                 # filed under the id of the span it opens, with no end; its events and links
                 # arrive with the finished span
-                self._rows("open_spans").append((
-                    run_id, trace_id, str(marker_for), attributes.get(Attr.OPEN_MARKER_PARENT),
-                    name, kind, service, start_ns, None, status_code, status_message, *promo,
-                    attributes_json({k: v for k, v in attributes.items()
-                                     if k not in _MARKER_KEYS}),
-                    resource_json, scope))
+                row = (run_id, trace_id, fit_attribute(Attr.OPEN_MARKER_FOR, marker_for, notes),
+                       fit_attribute(Attr.OPEN_MARKER_PARENT,
+                                     attributes.get(Attr.OPEN_MARKER_PARENT), notes),
+                       name, kind, service, start_ns, None, status_code, status_message, *promo,
+                       attributes_json({k: v for k, v in attributes.items()
+                                        if k not in _MARKER_KEYS}),
+                       resource_json, scope)
+                self._rows("open_spans").append(row)
                 self.rows += 1
+                if notes:
+                    self._note(f"span {span_id}", notes)
                 return
-        self._rows("spans").append((
-            run_id, trace_id, span_id, parent_span_id, name, kind, service, start_ns, end_ns,
-            status_code, status_message, *promo, attributes_json(attributes), resource_json,
-            scope))
-        self.rows += 1
+        # every row of the span is built before any is added: all of it goes in, or none
+        row = (run_id, trace_id, span_id, parent_span_id, name, kind, service, start_ns, end_ns,
+               status_code, status_message, *promo, attributes_json(attributes), resource_json,
+               scope)
+        if not events and not links:
+            self._rows("spans").append(row)
+            self.rows += 1
+            if notes:
+                self._note(f"span {span_id}", notes)
+            return
+        event_rows = None
         if events:
-            keys = (promo[0], promo[1], promo[2], promo[3], promo[5])
+            r, a, p, c, _, sh = promo
+            keys = (r, a, p, c, sh)
+            if notes is None:
+                notes = []
+            event_rows = []
+            add_event_row = event_rows.append
             for ev_name, ts_ns, ev_attrs in events:
-                self.add_event(run_id=run_id, trace_id=trace_id, span_id=span_id,
-                               span_name=name, name=ev_name, ts_ns=ts_ns, attributes=ev_attrs,
-                               inherited=keys)
+                if (type(ts_ns) is int  # the literals: INT64_MIN / INT64_MAX
+                        and -9223372036854775808 <= ts_ns <= 9223372036854775807
+                        and type(ev_name) is str and not ev_attrs):
+                    add_event_row((run_id, trace_id, span_id, name, ev_name, ts_ns, r, a, p, c,
+                                   sh, None))
+                else:
+                    add_event_row(self._event_row(run_id, trace_id, span_id, name, ev_name,
+                                                  ts_ns, ev_attrs, keys, notes))
+        link_rows = None
         if links:
-            lrows = self._rows("span_links")
-            for linked_trace, linked_span, link_attrs in links:
-                lrows.append((run_id, trace_id, span_id, linked_trace, linked_span,
-                              attributes_json(link_attrs)))
-                self.rows += 1
+            link_rows = [(run_id, trace_id, span_id, linked_trace, linked_span,
+                          attributes_json(link_attrs))
+                         for linked_trace, linked_span, link_attrs in links]
+        self._rows("spans").append(row)
+        self.rows += 1
+        if event_rows:
+            self._rows("span_events").extend(event_rows)
+            self.rows += len(event_rows)
+        if link_rows:
+            self._rows("span_links").extend(link_rows)
+            self.rows += len(link_rows)
+        if notes:
+            self._note(f"span {span_id}", notes)
 
     def add_span(
         self, *, run_id: str | None, trace_id: str, span_id: str, parent_span_id: str | None,
@@ -171,10 +304,39 @@ class RowBatch:
     ) -> None:
         """One span. A span carrying ``Attr.OPEN_MARKER_FOR`` is the start marker of the span
         whose id it names, and lands in ``open_spans`` under that id with no end."""
+        problem = span_problem(start_ns, end_ns, name=name, status_message=status_message,
+                               scope=scope, run_id=run_id, service=service, trace_id=trace_id,
+                               span_id=span_id, parent_span_id=parent_span_id, kind=kind,
+                               status_code=status_code, resource=resource_json)
+        if problem is not None:
+            raise ColumnFitError(problem)
         self.append_span(run_id, trace_id, span_id, parent_span_id, name, kind, service,
                          start_ns, end_ns, status_code, status_message,
                          attributes if type(attributes) is dict else dict(attributes),
                          resource_json, scope, events, links)
+
+    @staticmethod
+    def _event_row(run_id: str | None, trace_id: str, span_id: str, span_name: str, name: Any,
+                   ts_ns: Any, attributes: Mapping[str, Any] | None,
+                   inherited: tuple[Any, Any, Any, Any, Any], notes: list[str]
+                   ) -> tuple[Any, ...]:
+        if not (type(ts_ns) is int and INT64_MIN <= ts_ns <= INT64_MAX):
+            check_time(ts_ns, f"event {str(name)[:80]!r} time")
+        if type(name) is not str:
+            raise ColumnFitError(f"event name {describe(name)} is not a string")
+        rollout_id, attempt, prompt_idx, checkpoint_id, shard_idx = inherited
+        if attributes:
+            if type(attributes) is not dict:
+                attributes = dict(attributes)
+            if not _ROW_KEYS.isdisjoint(attributes):
+                e_rollout, e_attempt, e_prompt, e_ck, _, e_shard = promoted(attributes, notes)
+                rollout_id = e_rollout if e_rollout is not None else rollout_id
+                attempt = e_attempt if e_attempt is not None else attempt
+                prompt_idx = e_prompt if e_prompt is not None else prompt_idx
+                checkpoint_id = e_ck if e_ck is not None else checkpoint_id
+                shard_idx = e_shard if e_shard is not None else shard_idx
+        return (run_id, trace_id, span_id, span_name, name, ts_ns, rollout_id, attempt,
+                prompt_idx, checkpoint_id, shard_idx, attributes_json(attributes))
 
     def add_event(
         self, *, run_id: str | None, trace_id: str, span_id: str, span_name: str, name: str,
@@ -182,34 +344,43 @@ class RowBatch:
         inherited: tuple[Any, Any, Any, Any, Any] = (None, None, None, None, None),
     ) -> None:
         """One span event; join keys come from the event's own attributes, else its span's."""
-        rollout_id, attempt, prompt_idx, checkpoint_id, shard_idx = inherited
-        if attributes:
-            if type(attributes) is not dict:
-                attributes = dict(attributes)
-            e_rollout, e_attempt, e_prompt, e_ck, _, e_shard = promoted(attributes)
-            rollout_id = e_rollout if e_rollout is not None else rollout_id
-            attempt = e_attempt if e_attempt is not None else attempt
-            prompt_idx = e_prompt if e_prompt is not None else prompt_idx
-            checkpoint_id = e_ck if e_ck is not None else checkpoint_id
-            shard_idx = e_shard if e_shard is not None else shard_idx
-        self._rows("span_events").append((
-            run_id, trace_id, span_id, span_name, name, ts_ns, rollout_id, attempt, prompt_idx,
-            checkpoint_id, shard_idx, attributes_json(attributes)))
+        notes: list[str] = []
+        self._rows("span_events").append(self._event_row(
+            run_id, trace_id, span_id, span_name, name, ts_ns, attributes, inherited, notes))
         self.rows += 1
+        if notes:
+            self._note(f"event of span {span_id}", notes)
 
     def add_row(self, table: str, **values: Any) -> None:
-        """A metric or log row (or any batch table), by column name; missing columns are NULL."""
-        columns = COLUMNS[table]
-        unknown = set(values) - set(columns)
-        if unknown:
-            raise ValueError(f"unknown column(s) for table {table!r}: {sorted(unknown)}")
-        self._rows(table).append(tuple(values.get(col) for col in columns))
+        """A metric or log row (or any batch table), by column name; missing columns are NULL.
+        Raises ``ColumnFitError`` (adding nothing) for a value its column cannot hold."""
+        spec = _SPECS[table]
+        fast = spec.fast
+        for column, value in values.items():
+            want = fast.get(column)
+            if want is None:
+                raise ValueError(f"unknown column(s) for table {table!r}: "
+                                 f"{sorted(values.keys() - fast.keys())}")
+            if value is None:
+                continue
+            if want is str:
+                if type(value) is str and value.isascii():
+                    continue
+            elif want is int:  # the literals: INT64_MIN / INT64_MAX; INTEGER is checked below
+                if type(value) is int and -9223372036854775808 <= value <= 9223372036854775807 \
+                        and column not in spec.int32:
+                    continue
+            elif type(value) is float:
+                continue
+            values[column] = fit_column(table, column, spec.sql[column], value)
+        self._rows(table).append(tuple(map(values.get, spec.names)))
         self.rows += 1
 
     def extend(self, other: RowBatch) -> None:
         for table, rows in other.tables.items():
             self._rows(table).extend(rows)
         self.rows += other.rows
+        self.coerced += other.coerced
 
     def arrow(self, table: str, *, default_run_id: str | None = None) -> pa.Table | None:
         """The table's rows as Arrow; with ``default_run_id``, rows without a run get it
@@ -217,10 +388,24 @@ class RowBatch:
         rows = self.tables.get(table)
         if not rows:
             return None
+        return _to_arrow(rows, ARROW_SCHEMAS[table], default_run_id)
+
+    def arrow_slices(self, table: str, rows_per_slice: int, *,
+                     default_run_id: str | None = None) -> Iterator[pa.Table]:
+        """``arrow(table)`` in slices of at most ``rows_per_slice`` rows, each made as it is
+        asked for."""
+        rows = self.tables.get(table)
+        if not rows:
+            return
         schema = ARROW_SCHEMAS[table]
-        columns = list(zip(*rows, strict=True))
-        arrays = [pa.array(col, type=field.type) for col, field in zip(columns, schema,
-                                                                        strict=True)]
-        if default_run_id is not None and schema.names[0] == "run_id" and arrays[0].null_count:
-            arrays[0] = pc.fill_null(arrays[0], default_run_id)
-        return pa.Table.from_arrays(arrays, schema=schema)
+        for start in range(0, len(rows), rows_per_slice):
+            yield _to_arrow(rows[start:start + rows_per_slice], schema, default_run_id)
+
+
+def _to_arrow(rows: list[tuple[Any, ...]], schema: pa.Schema,
+              default_run_id: str | None = None) -> pa.Table:
+    columns = list(zip(*rows, strict=True))
+    arrays = [pa.array(col, type=field.type) for col, field in zip(columns, schema, strict=True)]
+    if default_run_id is not None and schema.names[0] == "run_id" and arrays[0].null_count:
+        arrays[0] = pc.fill_null(arrays[0], default_run_id)
+    return pa.Table.from_arrays(arrays, schema=schema)

@@ -7,6 +7,10 @@ batch is ``max_delay_ms`` old, whichever comes first. A completed ``Commit`` mea
 in the file (DuckDB's WAL), so a caller that waits for it before acknowledging never loses
 acknowledged data to a crash.
 
+A group commit that fails is retried batch by batch, so a batch that cannot be stored fails its
+own ``Commit`` (``UnstorableBatchError``: the data's fault) and never the other batches it was
+grouped with; a failure of the store itself fails the batches it held.
+
 The queue is bounded in rows: ``submit`` raises ``QueueFullError`` instead of buffering without
 bound, so the caller can apply backpressure (the collector answers 429) or count a drop (the
 in-process exporter).
@@ -24,7 +28,12 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rolloutscope.store.errors import QueueFullError, StoreError, translate
+from rolloutscope.store.errors import (
+    QueueFullError,
+    StoreError,
+    UnstorableBatchError,
+    translate,
+)
 from rolloutscope.store.rows import RowBatch
 from rolloutscope.store.schema import BATCH_TABLES
 
@@ -33,6 +42,7 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_ROWS = 50_000
 DEFAULT_MAX_DELAY_MS = 50
 DEFAULT_MAX_QUEUED_ROWS = 2_000_000
+ARROW_SLICE_ROWS = 50_000  # rows converted to Arrow and inserted at once, within a commit
 
 # DuckDB checkpoints the WAL into the file once it exceeds this. At DuckDB's default (16 MB,
 # about 45k spans) every checkpoint recompresses the table's last, partly filled row group
@@ -188,27 +198,47 @@ class StoreWriter:
             taken = self._gather()
             if not taken:
                 return
-            error: StoreError | None = None
-            try:
-                self._commit([b for b, _, _ in taken])
-            except Exception as exc:  # noqa: BLE001 - reported to every waiter, never raised
-                error = exc if isinstance(exc, StoreError) else _as_store_error(exc)
-                log.error("store commit of %d batch(es) failed: %s", len(taken), error)
-                try:
-                    self._con.execute("ROLLBACK")
-                except duckdb.Error:
-                    pass
-            rows = sum(c.rows for _, c, _ in taken)
+            errors = self._commit_isolated([b for b, _, _ in taken])
             with self._cond:
-                if error is None:
-                    self.stats.committed_rows += rows
-                    self.stats.commits += 1
-                else:
-                    self.stats.failed_rows += rows
+                for (_, commit, _), error in zip(taken, errors, strict=True):
+                    if error is None:
+                        self.stats.committed_rows += commit.rows
+                    else:
+                        self.stats.failed_rows += commit.rows
                 self._committed_seq += len(taken)
                 self._cond.notify_all()
-            for _, commit, _ in taken:
+            for (_, commit, _), error in zip(taken, errors, strict=True):
                 commit._finish(error)
+
+    def _commit_isolated(self, batches: list[RowBatch]) -> list[StoreError | None]:
+        """Commit ``batches`` together; if that fails, each alone, so that a batch that cannot
+        be stored fails only its own submitter. One error (or None) per batch."""
+        error = self._try_commit(batches)
+        if error is None:
+            return [None] * len(batches)
+        if len(batches) == 1:
+            log.error("store commit of 1 batch failed: %s", error)
+            return [error]
+        log.warning("group commit of %d batches failed (%s); committing each on its own",
+                    len(batches), error)
+        errors = [self._try_commit([b]) for b in batches]
+        failed = sum(e is not None for e in errors)
+        if failed:
+            log.error("store commit failed for %d of %d batches: %s", failed, len(batches),
+                      next(e for e in errors if e is not None))
+        return errors
+
+    def _try_commit(self, batches: list[RowBatch]) -> StoreError | None:
+        try:
+            self._commit(batches)
+        except Exception as exc:  # noqa: BLE001 - reported to the waiters, never raised
+            try:
+                self._con.execute("ROLLBACK")
+            except duckdb.Error:
+                pass
+            return _as_store_error(exc)
+        self.stats.commits += 1
+        return None
 
     def _commit(self, batches: list[RowBatch]) -> None:
         t0 = time.perf_counter()
@@ -219,25 +249,29 @@ class StoreWriter:
                 merged.extend(b)
         con = self._con
         seen: dict[str, tuple[int, int]] = {}
+        markers = self._open_markers
         con.execute("BEGIN")
         for table in _COMMIT_ORDER:
-            arrow = merged.arrow(table, default_run_id=self._default_run_id)
-            if arrow is None:
-                continue
-            if table == "spans" and self._open_markers:
-                self._open_markers -= self._delete_markers_of(arrow)
-            # a relation over the Arrow table: no named registration to create and drop
-            con.from_arrow(arrow).insert_into(table)
-            if table == "open_spans":
-                self._open_markers += arrow.num_rows
-            if table in ("spans", "open_spans"):
-                for run_id, (first, last) in _run_bounds(arrow).items():
-                    known = seen.get(run_id)
-                    seen[run_id] = (first, last) if known is None else (
-                        min(first, known[0]), max(last, known[1]))
+            # converted and inserted a slice at a time: the Arrow copy of a large batch never
+            # exists whole beside its rows
+            for arrow in merged.arrow_slices(table, ARROW_SLICE_ROWS,
+                                             default_run_id=self._default_run_id):
+                if table == "spans" and markers:
+                    markers -= self._delete_markers_of(arrow)
+                # a relation over the Arrow table: no named registration to create and drop
+                con.from_arrow(arrow).insert_into(table)
+                if table == "open_spans":
+                    markers += arrow.num_rows
+                if table in ("spans", "open_spans"):
+                    for run_id, (first, last) in _run_bounds(arrow).items():
+                        known = seen.get(run_id)
+                        seen[run_id] = (first, last) if known is None else (
+                            min(first, known[0]), max(last, known[1]))
         self._record_run_bounds(seen)
         con.execute("COMMIT")
-        self._run_bounds.update(seen)  # only now: a rolled-back commit widened nothing
+        # only now: a rolled-back commit changed neither the markers nor the bounds
+        self._open_markers = markers
+        self._run_bounds.update(seen)
         self.stats.last_commit_ms = (time.perf_counter() - t0) * 1000
 
     def _delete_markers_of(self, spans: pa.Table) -> int:
@@ -308,7 +342,16 @@ def _run_bounds(rows: pa.Table) -> dict[str, tuple[int, int]]:
 _COMMIT_ORDER = ("open_spans", *(t for t in BATCH_TABLES if t != "open_spans"))
 
 
+# What a batch that got past RowBatch's checks may still fail with because of its values: the
+# Arrow conversion of a column, or DuckDB's cast of one. Any other failure is the store's.
+_DATA_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError,
+                UnicodeError, duckdb.ConversionException, duckdb.OutOfRangeException,
+                duckdb.ConstraintException)
+
+
 def _as_store_error(exc: Exception) -> StoreError:
+    if isinstance(exc, _DATA_ERRORS):
+        return UnstorableBatchError(f"{type(exc).__name__}: {exc}")
     try:
         return translate(exc)
     except Exception:  # noqa: BLE001 - not a DuckDB error: a bug, still reported as data

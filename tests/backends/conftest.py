@@ -57,7 +57,8 @@ def openai_server(tiny_model_dir):
     assert proc.stdout is not None
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
-    deadline = time.monotonic() + 120
+    # a deadline for a busy machine: loading torch and transformers can take minutes there
+    deadline = time.monotonic() + 600
     seen: list[str] = []
     try:
         while True:  # its own "running on" line says it listens
@@ -72,7 +73,12 @@ def openai_server(tiny_model_dir):
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            # still generating the replay's last calls, which nobody reads any more
+            proc.kill()
+            proc.wait(timeout=30)
         proc.stdout.close()
 
 

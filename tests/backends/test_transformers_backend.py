@@ -53,29 +53,58 @@ def test_a_shard_the_replay_killed_answers_unreachable():
     assert isinstance(result.error, EngineUnreachable)
 
 
-def test_a_short_wall_clock_replay_on_the_engine_still_reproduces_the_incident(
-        small_capture, tmp_path, capsys):
-    need_engine()
-    # at 400x a 1024-token call of even a fast CPU's engine lasts past the 150 s snapshot (the
-    # capture's 120 s call must not finish its row before it), so the row is parked when its
-    # deadline fires; the run lasts 1.5 s
-    captured = small_capture("snapshot-outlasts-deadline", 600.0)
-    out, report = tmp_path / "replayed.duckdb", tmp_path / "report.md"
+def _replay(captured, tmp_path, capsys, speed: str) -> tuple[str, dict, str]:
+    """``rolloutscope replay`` on the transformers engine at ``speed``: (what it printed, the
+    run's generation summary, the report)."""
+    out, report = tmp_path / f"replayed-{speed}.duckdb", tmp_path / f"report-{speed}.md"
     rc = main(["replay", str(captured), "--out", str(out), "--backend", "transformers",
-               "--device", "cpu", "--speed", "400", "--report", str(report)])
+               "--device", "cpu", "--speed", speed, "--report", str(report)])
     printed = capsys.readouterr().out
     print(printed)
     assert rc == 0
-    assert "incident deadline_fired_while_parked (p00000 try 0) reproduced" in printed
-    assert "generation backend: transformers on cpu" in printed
     with RunStore(out, read_only=True) as store:
         (run_id,) = store.run_ids()
         generation = compare.generation_summary(store, run_id)
+    return printed, generation, report.read_text()
+
+
+def test_a_short_wall_clock_replay_on_the_engine_still_reproduces_the_incident(
+        small_capture, tmp_path, capsys):
+    need_engine()
+    # The incident needs the row's 1024-token call still running at the 150 s snapshot. At
+    # 4000x that is 37.5 ms of wall time: no CPU decodes 1024 tokens in it (27,000 tokens/s),
+    # so the row is parked when its deadline fires on a fast machine and a busy one alike
+    captured = small_capture("snapshot-outlasts-deadline", 600.0)
+    printed, generation, text = _replay(captured, tmp_path, capsys, "4000")
+    assert "incident deadline_fired_while_parked (p00000 try 0) reproduced" in printed
+    assert "generation backend: transformers on cpu" in printed
     assert generation["backend"] == "transformers" and generation["device"] == "cpu"
     assert {"torch", "transformers"} <= set(generation["engine"])
-    kinds = generation["kinds"]  # the second turn's calls end within the horizon on a fast CPU
-    assert "2048->1024 tok" in kinds and set(kinds) <= {"2048->1024 tok", "3200->256 tok"}
-    assert all(k["completion_tokens"] == k["asked_completion_tokens"] for k in kinds.values())
-    text = report.read_text()
+    # the virtual clock handed the engine the calls it issued, however many it finished
+    assert generation["submitted"] >= 1
+    assert f"{generation['submitted']} call(s) at 4000x wall-clock time" in printed
     assert "## Model-call latency: transformers backend vs captured" in text
-    assert "| 2048->1024 tok |" in text
+
+
+def test_every_call_the_engine_finishes_in_a_wall_clock_replay_is_recorded_at_its_length(
+        small_capture, tmp_path, capsys):
+    """What the engine did, whatever this machine's speed: each call it finished within the
+    horizon returned exactly the captured output length and is in the report's latency table;
+    the calls it did not finish are counted as submitted, never as served."""
+    need_engine()
+    captured = small_capture("snapshot-outlasts-deadline", 600.0)
+    printed, generation, text = _replay(captured, tmp_path, capsys, "400")
+    kinds = generation["kinds"]
+    assert set(kinds) <= {"2048->1024 tok", "3200->256 tok"}
+    finished = sum(k["calls"] for k in kinds.values())
+    failed = sum(sum(k["errors"].values()) for k in kinds.values())
+    assert generation["submitted"] >= finished + failed
+    assert generation["completion_tokens"] == sum(k["completion_tokens"] for k in kinds.values())
+    for name, k in kinds.items():
+        assert k["completion_tokens"] == k["asked_completion_tokens"], name
+        assert k["short_completions"] == 0, name
+        assert f"| {name} | {k['calls']} |" in text
+    if not kinds:
+        latency = text.split("## Model-call latency: transformers backend vs captured", 1)[1]
+        assert latency.lstrip().startswith("(none)")
+    assert f"{generation['completion_tokens']} token(s) generated" in printed

@@ -7,6 +7,9 @@
         calls the stock span exporter directly, batch after batch; after each batch the
         exporter reports a success for, appends the batch number to ACK_FILE. Stops at the
         first failure. Prints {"acked": ..., "failed": ...}.
+    sender.py rounds PROTOCOL ENDPOINT RUN_ID BATCHES BATCH_SIZE ACK_FILE GO_PREFIX
+        as ``batches``, with every batch's spans made first, and batch b exported only once
+        the file GO_PREFIX.b exists: the test starts each round in every sender at once.
 """
 
 from __future__ import annotations
@@ -121,11 +124,45 @@ def batches(protocol: str, endpoint: str, run_id: str, n_batches: int, size: int
     return {"acked": acked, "failed": failed}
 
 
+def rounds(protocol: str, endpoint: str, run_id: str, n_batches: int, size: int,
+           ack_file: str, go_prefix: str) -> dict:
+    import os
+    import time
+
+    provider = TracerProvider(resource=Resource.create(
+        {ResourceAttr.SERVICE_NAME: "sender-rounds", ResourceAttr.RUN_ID: run_id}))
+    memory = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("sender")
+    made = []
+    for b in range(n_batches):
+        for j in range(size):
+            tracer.start_span("sender.item", attributes={Attr.PROMPT_IDX: b, "j": j}).end()
+        made.append(memory.get_finished_spans())
+        memory.clear()
+    exporter = span_exporter(protocol, endpoint)
+    acked = failed = 0
+    with open(ack_file, "a") as acks:
+        for b, spans in enumerate(made):
+            while not os.path.exists(f"{go_prefix}.{b}"):
+                time.sleep(0.005)  # the test's signal comes from another process
+            if exporter.export(spans) is not SpanExportResult.SUCCESS:
+                failed += 1
+                break
+            acked += 1
+            acks.write(f"{b}\n")
+            acks.flush()
+    exporter.shutdown()
+    return {"acked": acked, "failed": failed}
+
+
 if __name__ == "__main__":
     logging.getLogger("opentelemetry").setLevel(logging.CRITICAL)
     mode, *rest = sys.argv[1:]
     if mode == "stock":
         result = stock(rest[0], rest[1], rest[2], int(rest[3]), int(rest[4]))
+    elif mode == "rounds":
+        result = rounds(rest[0], rest[1], rest[2], int(rest[3]), int(rest[4]), rest[5], rest[6])
     else:
         result = batches(rest[0], rest[1], rest[2], int(rest[3]), int(rest[4]), rest[5])
     print(json.dumps(result), flush=True)

@@ -96,11 +96,26 @@ def test_sigterm_drains_and_commits_everything_accepted(tmp_path):
 @pytest.mark.slow
 def test_overload_is_answered_with_backpressure_and_retrying_exporters_lose_nothing(tmp_path):
     size, batches = 3_000, 6
-    # a queue that holds one batch: three senders pushing back to back offer ~3x what fits
+    # a queue that holds one batch, a writer that gathers for 1 s before it commits, and three
+    # senders that export each round's batch at the same moment: in every round two of them
+    # find the queue full and retry (Retry-After 1 s), whatever this machine's speed
     c = start_collector(tmp_path / "run.duckdb", "--max-queued-rows", str(size),
-                        "--retry-after-s", "1")
+                        "--retry-after-s", "1", "--commit-max-delay-ms", "1000")
     names = ["http-a", "http-b", "grpc-a"]
-    procs, files = _senders(c, tmp_path, names, batches, size)
+    go = tmp_path / "go"
+    procs, files = [], []
+    for name in names:
+        protocol = "grpc" if name.startswith("grpc") else "http-protobuf"
+        endpoint = f"http://{c.grpc}" if protocol == "grpc" else c.http
+        files.append(tmp_path / f"{name}.acks")
+        procs.append(start_sender("rounds", protocol, endpoint, name, str(batches), str(size),
+                                  str(files[-1]), str(go)))
+    for b in range(batches):
+        (tmp_path / f"go.{b}").touch()
+        deadline = time.monotonic() + DEADLINE_S
+        while min(len(_acked(f)) for f in files) <= b and all(p.poll() is None for p in procs):
+            assert time.monotonic() < deadline, f"round {b} made no progress"
+            time.sleep(0.05)  # polling files written by other processes; no event to await
     results = []
     for p in procs:
         out, err = p.communicate(timeout=DEADLINE_S)

@@ -41,6 +41,7 @@ class GymState:
         self.admission_open = True
         self.retired: dict[str, int] = {}
         self.stream_gate = threading.Event()  # the second chunk waits on this
+        self.stream_gate_timed_out = False  # the second chunk went without the gate
         self.sent: list[bytes] = []
 
 
@@ -130,7 +131,8 @@ def build_app(state: GymState) -> FastAPI:
     async def stream(capture_key: str):
         async def chunks():
             yield SSE_CHUNKS[0]
-            await asyncio.to_thread(state.stream_gate.wait, 10)
+            if not await asyncio.to_thread(state.stream_gate.wait, 10):
+                state.stream_gate_timed_out = True
             for chunk in SSE_CHUNKS[1:]:
                 yield chunk
 

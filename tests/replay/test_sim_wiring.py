@@ -19,7 +19,10 @@ from rolloutscope.replay.participants.environment import ResourcesParticipant
 from rolloutscope.replay.participants.fleet_health import GenerationFleetHealth
 from rolloutscope.replay.participants.model import ModelParticipant
 from rolloutscope.replay.participants.router import GenerationRouter
-from rolloutscope.replay.plugins import FleetHealthAdapter
+from rolloutscope.replay.real.gym_agent import GymAgent
+from rolloutscope.replay.real.rl_deadline import RealDeadlines
+from rolloutscope.replay.real.rl_fleet import RealFleetHealth
+from rolloutscope.replay.real.rl_router import RealRouter
 from rolloutscope.replay.sim import ports
 from rolloutscope.replay.sim.controller import ControllerSide
 from rolloutscope.replay.sim.engines import ModelCallAnswers
@@ -44,10 +47,13 @@ IMPLEMENTATIONS = [
     (ports.NoteDrain, ParticipantNotes),
     (RunOwner, RLTry),
     (ports.DeadlineBook, DeadlineRegistry),
+    (ports.DeadlineBook, RealDeadlines),
     (ports.FleetHealthModel, GenerationFleetHealth),
-    (ports.FleetHealthModel, FleetHealthAdapter),
+    (ports.FleetHealthModel, RealFleetHealth),
     (ports.RouterModel, GenerationRouter),
+    (ports.RouterModel, RealRouter),
     (ports.AgentServer, AgentParticipant),
+    (ports.AgentServer, GymAgent),
     (ports.PolicyModelServer, ModelParticipant),
     (ports.PolicyWorkers, ModelParticipant),
     (ports.ToolResources, ResourcesParticipant),

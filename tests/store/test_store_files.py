@@ -19,7 +19,7 @@ from rolloutscope.store import (
     StoreBusyError,
     StoreError,
 )
-from rolloutscope.store.schema import SCHEMA_VERSION
+from rolloutscope.store.schema import COLUMNS, SCHEMA_VERSION
 
 
 def _span_batch(n: int, *, run_id: str = "r", prefix: str = "0") -> RowBatch:
@@ -130,21 +130,33 @@ def test_concurrent_writers_from_several_threads_lose_nothing(store_path):
 
 def test_a_full_queue_rejects_the_batch_and_keeps_what_was_accepted(store_path):
     with RunStore(store_path) as store:
-        writer = store.writer(max_queued_rows=100, max_delay_ms=200, max_rows=10_000)
+        # the writer holds the first batch 3 s before committing it: the second submit finds
+        # it queued even on a machine busy enough to pause this thread for a while
+        writer = store.writer(max_queued_rows=100, max_delay_ms=3000, max_rows=10_000)
         accepted = writer.submit(_span_batch(80, prefix="a0000"))
         with pytest.raises(QueueFullError) as err:
             writer.submit(_span_batch(80, prefix="b0000"))
         assert err.value.rows == 80 and err.value.limit == 100
-        assert accepted.wait(10)
+        assert accepted.wait(30)
         assert store.query("SELECT count(*) FROM spans") == [(80,)]
         assert writer.stats.rejected_rows == 80
+
+
+def _unstorable_batch() -> RowBatch:
+    """A metrics row that went round ``RowBatch``'s checks (``add_row`` refuses it, see
+    tests/store/test_column_fit.py): what a check that missed something would let through."""
+    bad = RowBatch()
+    row = dict.fromkeys(COLUMNS["metrics"])
+    row.update(run_id="r", name="m", ts_ns="not-a-number")
+    bad.tables["metrics"] = [tuple(row.values())]
+    bad.rows = 1
+    return bad
 
 
 def test_a_failed_commit_is_reported_to_its_waiter_and_the_writer_carries_on(store_path):
     with RunStore(store_path) as store:
         writer = store.writer(max_delay_ms=1)
-        bad = RowBatch()
-        bad.add_row("metrics", run_id="r", name="m", ts_ns="not-a-number")
+        bad = _unstorable_batch()
         with pytest.raises(StoreError):
             writer.submit(bad).wait(10)
         assert writer.submit(_span_batch(3)).wait(10)

@@ -1,0 +1,225 @@
+"""What each column of the run store can hold: the rules every value passes before it joins a
+commit, in one place.
+
+A value that decodes but does not fit its column (a uint64 time past 2^63 − 1 ns, a checkpoint
+id sent as a list, an attempt of 2^40) would make DuckDB refuse the whole transaction it is in,
+and with it every other sender's rows in that group commit. So ``RowBatch`` checks each value as
+it is added and raises ``ColumnFitError`` naming it; the OTLP decoder and the in-process
+exporter reject that one item (span, data point, log record) and keep the rest, the importers
+report a bad line. A value that can be stored without losing anything is coerced instead, and
+the coercion is reported.
+
+The rules (``PROMOTED`` below lists the promoted attributes; a compiled decoder must apply the
+same). For each column: its type, what is accepted, and what is coerced (and reported):
+
+- every ``*_ns`` time (BIGINT): an int in [-2^63, 2^63 - 1]; nothing coerced. OTLP's times are
+  uint64, so one past 2^63 - 1 (after 2262-04-11) is refused.
+- ``run_id``, ``service``, ``rollout_id``, ``checkpoint_id``, ``participant_kind`` and the open
+  markers' ids (VARCHAR): a str; an int is coerced to its decimal text.
+- ``attempt``, ``shard_idx`` (INTEGER): an int in [-2^31, 2^31 - 1]; a finite float without a
+  fraction, or decimal text, is coerced when in range.
+- ``prompt_idx``, metric ``step`` (BIGINT): as INTEGER, in [-2^63, 2^63 - 1].
+- other columns (``RowBatch.add_row``): VARCHAR takes a str, BIGINT / INTEGER an int in range,
+  DOUBLE an int or float (NaN and +-inf included; an int is coerced to float); nothing else.
+
+None is NULL and always fits. ``bool`` is never an integer here (``True`` is not attempt 1).
+Ints of other libraries (numpy) count as ints. Anything else is refused: a list, a float with a
+fraction, a value out of range, text that is not a decimal integer, text with lone surrogates.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass
+from typing import Any
+
+from rolloutscope.vocabulary import Attr, ResourceAttr
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_NS = INT64_MAX  # 2262-04-11T23:47:16.854775807Z, the latest time a BIGINT of ns holds
+_RANGES = {"INTEGER": (INT32_MIN, INT32_MAX), "BIGINT": (INT64_MIN, INT64_MAX)}
+
+
+class ColumnFitError(ValueError):
+    """A value that its column cannot hold; the item carrying it cannot be stored."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How one promoted attribute fits its column."""
+
+    key: str
+    column: str
+    sql: str  # VARCHAR | INTEGER | BIGINT
+
+
+# Attributes promoted to a column of their own, with that column. A span's rollout id is
+# ROLLOUT_ID, else EPISODE_ROLLOUT_ID (and likewise for the attempt); only the one used is fitted.
+PROMOTED: tuple[Rule, ...] = (
+    Rule(Attr.RUN_ID, "run_id", "VARCHAR"),  # on the resource, or on a span
+    Rule(ResourceAttr.SERVICE_NAME, "service", "VARCHAR"),
+    Rule(Attr.ROLLOUT_ID, "rollout_id", "VARCHAR"),
+    Rule(Attr.EPISODE_ROLLOUT_ID, "rollout_id", "VARCHAR"),
+    Rule(Attr.RL_ATTEMPT, "attempt", "INTEGER"),
+    Rule(Attr.EPISODE_ATTEMPT, "attempt", "INTEGER"),
+    Rule(Attr.PROMPT_IDX, "prompt_idx", "BIGINT"),
+    Rule(Attr.CHECKPOINT_ID, "checkpoint_id", "VARCHAR"),
+    Rule(Attr.CK_PARTICIPANT_KIND, "participant_kind", "VARCHAR"),
+    Rule(Attr.SHARD_IDX, "shard_idx", "INTEGER"),
+    Rule(Attr.OPEN_MARKER_FOR, "span_id", "VARCHAR"),
+    Rule(Attr.OPEN_MARKER_PARENT, "parent_span_id", "VARCHAR"),
+    Rule(Attr.METRIC_STEP, "step", "BIGINT"),
+)
+RULE_OF: dict[str, Rule] = {rule.key: rule for rule in PROMOTED}
+
+
+def describe(value: Any) -> str:
+    """A value as a message quotes it: short, with its type."""
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{text} ({type(value).__name__})"
+
+
+def _refuse(key: str, value: Any, column: str, sql: str, why: str) -> ColumnFitError:
+    return ColumnFitError(f"attribute {key!r} = {describe(value)} does not fit column "
+                          f"{column} ({sql}): {why}")
+
+
+def fit_text(value: Any, key: str, column: str, notes: list[str] | None) -> str | None:
+    """A promoted text value (ids, kinds)."""
+    if value is None or type(value) is str:
+        return value
+    if isinstance(value, str):
+        return str(value)
+    if not isinstance(value, bool):
+        try:
+            number = operator.index(value)
+        except TypeError:
+            pass
+        else:
+            if notes is not None:
+                notes.append(f"attribute {key!r} = {describe(value)} stored as text "
+                              f"{str(number)!r}")
+            return str(number)
+    raise _refuse(key, value, column, "VARCHAR", "send a string")
+
+
+def fit_int(value: Any, key: str, column: str, sql: str, notes: list[str] | None) -> int | None:
+    """A promoted integer value, in the range of ``sql`` (INTEGER or BIGINT)."""
+    if value is None:
+        return None
+    lo, hi = _RANGES[sql]
+    number: int | None = None
+    coerced = False
+    if type(value) is int:
+        number = value
+    elif isinstance(value, bool):
+        raise _refuse(key, value, column, sql, "a boolean is not an integer")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise _refuse(key, value, column, sql, "not a finite number")
+        if not value.is_integer():
+            raise _refuse(key, value, column, sql, "has a fraction")
+        number, coerced = int(value), True
+    elif isinstance(value, str):
+        text = value.strip()
+        if not (text.lstrip("+-").isdigit() and text.isascii()):
+            raise _refuse(key, value, column, sql, "not a decimal integer")
+        number, coerced = int(text), True
+    else:
+        try:
+            number = operator.index(value)
+        except TypeError:
+            raise _refuse(key, value, column, sql, "not an integer") from None
+    if not lo <= number <= hi:
+        raise _refuse(key, value, column, sql, f"out of range {lo}..{hi}")
+    if coerced and notes is not None:
+        notes.append(f"attribute {key!r} = {describe(value)} stored as {number}")
+    return number
+
+
+def time_problem(value: Any, what: str) -> str | None:
+    """Why ``value`` cannot be a ``*_ns`` time, or None."""
+    if type(value) is not int:
+        if isinstance(value, bool) or not _is_int(value):
+            return f"{what} {describe(value)} is not an integer number of nanoseconds"
+        value = operator.index(value)
+    if value > MAX_NS:
+        return (f"{what} {value} is past the latest time the store holds "
+                f"({MAX_NS} ns, 2262-04-11)")
+    if value < INT64_MIN:
+        return f"{what} {value} is before the earliest time the store holds ({INT64_MIN} ns)"
+    return None
+
+
+def check_time(value: Any, what: str) -> None:
+    problem = time_problem(value, what)
+    if problem is not None:
+        raise ColumnFitError(problem)
+
+
+def fits_time(value: int) -> bool:
+    """The fast check for an int known to be an int (OTLP's fixed64 times)."""
+    return INT64_MIN <= value <= MAX_NS
+
+
+def _is_int(value: Any) -> bool:
+    try:
+        operator.index(value)
+    except TypeError:
+        return False
+    return True
+
+
+def valid_text(value: str) -> bool:
+    """False for text with lone surrogates, which no UTF-8 column can hold."""
+    if value.isascii():
+        return True
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+# -- plain columns (``RowBatch.add_row``) -------------------------------------------------
+def fit_column(table: str, column: str, sql: str, value: Any) -> Any:
+    """``value`` as column ``column`` of type ``sql`` stores it, or ``ColumnFitError``."""
+    if value is None:
+        return None
+    if sql == "VARCHAR":
+        if isinstance(value, str) and valid_text(value):
+            return value if type(value) is str else str(value)
+        raise ColumnFitError(f"{table}.{column} (VARCHAR) cannot hold {describe(value)}")
+    if sql == "DOUBLE":
+        if isinstance(value, float) and type(value) is float:
+            return value
+        if not isinstance(value, bool) and isinstance(value, int | float):
+            try:
+                return float(value)
+            except OverflowError:
+                pass
+        raise ColumnFitError(f"{table}.{column} (DOUBLE) cannot hold {describe(value)}")
+    lo, hi = _RANGES[sql]
+    if isinstance(value, bool) or not _is_int(value):
+        raise ColumnFitError(f"{table}.{column} ({sql}) cannot hold {describe(value)}")
+    number = operator.index(value)
+    if not lo <= number <= hi:
+        raise ColumnFitError(f"{table}.{column} ({sql}) cannot hold {number}: out of range "
+                             f"{lo}..{hi}")
+    return number
+
+
+def fit_attribute(key: str, value: Any, notes: list[str] | None) -> Any:
+    """A promoted attribute's value as its column (``RULE_OF[key]``) stores it."""
+    rule = RULE_OF[key]
+    if rule.sql == "VARCHAR":
+        return fit_text(value, key, rule.column, notes)
+    return fit_int(value, key, rule.column, rule.sql, notes)
