@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from rolloutscope.cli import UsageError
+from rolloutscope.cli.stores import STORE_HELP, add_data_path, store_arg, with_data_path
 from rolloutscope.collectors.otlp.connections import RateLimitedLog, RateLimitFilter
 from rolloutscope.collectors.otlp.limits import MiB, DecodeLimits
 from rolloutscope.collectors.query import QueryLimits
@@ -44,7 +45,7 @@ def read_token(path: str | None) -> str | None:
 def config_from_args(args: argparse.Namespace) -> CollectorConfig:
     try:
         return CollectorConfig(
-            db_path=Path(args.db), host=args.host, http_port=args.otlp_http_port,
+            db_path=with_data_path(args.db, args), host=args.host, http_port=args.otlp_http_port,
             grpc_port=args.otlp_grpc_port, token=read_token(args.token_file),
             limits=DecodeLimits(max_body_bytes=int(args.max_body_mib * MiB),
                                 max_decoded_bytes=int(args.max_decoded_mib * MiB),
@@ -58,7 +59,7 @@ def config_from_args(args: argparse.Namespace) -> CollectorConfig:
             max_inflight_bytes=int(args.max_inflight_mib * MiB),
             max_connections=args.max_connections, header_timeout_s=args.header_timeout_s,
             body_timeout_s=args.body_timeout_s, store_memory_mib=args.store_memory_mib)
-    except (BindRefusedError, ValueError) as exc:
+    except (BindRefusedError, ValueError, argparse.ArgumentTypeError) as exc:
         raise UsageError(str(exc)) from None
 
 
@@ -140,7 +141,10 @@ def _port(text: str) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="collect OTLP traces, metrics and logs into a run store")
-    p.add_argument("--db", required=True, help="run store file (created if missing)")
+    p.add_argument("--db", required=True, type=store_arg,
+                   help=STORE_HELP + "; created if missing. Many serve processes may write "
+                        "one lake at once")
+    add_data_path(p)
     p.add_argument("--otlp-http-port", type=_port, default=DEFAULT_HTTP_PORT)
     p.add_argument("--otlp-grpc-port", type=_port, default=DEFAULT_GRPC_PORT)
     p.add_argument("--host", default=DEFAULT_HOST,

@@ -211,6 +211,7 @@ def connect(spec: LakeSpec, *, read_only: bool, config: dict | None = None,
                     raise
                 time.sleep(0.05 + 0.02 * attempt)
         con.execute(f"USE {ALIAS}")
+        _allow_lake_paths(con, spec)
     except duckdb.Error as exc:
         con.close()
         raise StoreError(f"{spec}: cannot open the lake: {exc}") from exc
@@ -218,6 +219,18 @@ def connect(spec: LakeSpec, *, read_only: bool, config: dict | None = None,
         con.close()
         raise
     return con
+
+
+def _allow_lake_paths(con: duckdb.DuckDBPyConnection, spec: LakeSpec) -> None:
+    """Keep the lake's own files reachable once a caller turns external access off (the
+    collector does, so the query endpoint reaches no other file)."""
+    rows = con.execute(f"SELECT value FROM ducklake_options('{ALIAS}') "
+                       f"WHERE option_name = 'data_path'").fetchall()
+    allowed = [str(r[0]) for r in rows if r[0] and "://" not in str(r[0])]
+    if spec.catalog == "sqlite":
+        allowed.append(str(Path(spec.target).parent) + os.sep)
+    if allowed:
+        con.execute("SET allowed_directories = ?", [allowed])
 
 
 def _quote(text: str) -> str:
