@@ -200,6 +200,7 @@ def connect(spec: LakeSpec, *, read_only: bool, config: dict | None = None,
             options.append(f"DATA_PATH '{_quote(data_path)}'")
         if spec.catalog == "sqlite" and not read_only:
             Path(spec.target).parent.mkdir(parents=True, exist_ok=True)
+            _wal(spec.target)
         opts = f" ({', '.join(options)})" if options else ""
         for attempt in range(50):
             try:
@@ -219,6 +220,26 @@ def connect(spec: LakeSpec, *, read_only: bool, config: dict | None = None,
         con.close()
         raise
     return con
+
+
+def _wal(path: str) -> None:
+    """Put an sqlite catalog in WAL mode (kept in the file): readers then read beside a writer's
+    commit instead of failing on the lock that SQLite's default journal takes for it."""
+    import sqlite3
+
+    for attempt in range(100):
+        try:
+            con = sqlite3.connect(path, timeout=5)
+            try:
+                if con.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                    con.execute("PRAGMA journal_mode=WAL")
+            finally:
+                con.close()
+            return
+        except sqlite3.OperationalError:
+            if attempt == 99:
+                raise
+            time.sleep(0.05)
 
 
 def _allow_lake_paths(con: duckdb.DuckDBPyConnection, spec: LakeSpec) -> None:
