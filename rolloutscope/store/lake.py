@@ -215,6 +215,9 @@ def connect(spec: LakeSpec, *, read_only: bool, config: dict | None = None,
         _allow_lake_paths(con, spec)
     except duckdb.Error as exc:
         con.close()
+        if "data_path is not set" in str(exc):
+            raise LakeSpecError(f"{spec}: a new {spec.catalog} lake needs a data path every "
+                                f"writer can reach (--data-path)") from None
         raise StoreError(f"{spec}: cannot open the lake: {exc}") from exc
     except BaseException:
         con.close()
