@@ -75,6 +75,20 @@ class LakeSpec:
     def __str__(self) -> str:
         return f"{PREFIX}{self.catalog}:{self.target}"
 
+    def __fspath__(self) -> str:
+        # code that makes a Path of a store (a capture's label, a report's source) keeps the
+        # name whole, and RunStore of that Path opens the lake again
+        return str(self)
+
+    @property
+    def name(self) -> str:
+        """What a reader calls the lake in a sentence, as a file's name: the catalog file's
+        name, or the postgres database's."""
+        if self.catalog == "sqlite":
+            return Path(self.target).name
+        m = re.search(r"dbname=(\S+)", self.target)
+        return m.group(1) if m else "postgres lake"
+
     @property
     def attach_target(self) -> str:
         return str(self)

@@ -148,3 +148,16 @@ def test_a_lake_catalog_that_is_a_directory_or_another_file_is_refused(tmp_path,
     assert "not an SQLite database" in capsys.readouterr().err
     assert main(["info", f"ducklake:sqlite:{tmp_path / 'missing.sqlite'}"]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_replay_reads_its_capture_from_a_lake_and_writes_its_replay_into_one(tmp_path, capsys):
+    lake = f"ducklake:sqlite:{tmp_path / 'capture.sqlite'}"
+    assert main(["scenario", "run", "lost-reply", "--db", lake]) == 0
+    out_lake = f"ducklake:sqlite:{tmp_path / 'replays.sqlite'}"
+    report = tmp_path / "report.md"
+    assert main(["replay", lake, "--out", out_lake, "--report", str(report)]) == 0
+    printed = capsys.readouterr().out
+    assert "reproduced" in printed
+    assert "reproduced in the replay" in report.read_text()
+    with RunStore(out_lake, read_only=True) as store:
+        assert len(store.view("incidents")) > 0
