@@ -43,8 +43,8 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_ROWS = 50_000
 DEFAULT_MAX_DELAY_MS = 50
 DEFAULT_MAX_QUEUED_ROWS = 2_000_000
-ARROW_SLICE_ROWS = 50_000
-LAKE_COMMIT_ATTEMPTS = 200  # a lake commit that loses this many races in a row fails  # rows converted to Arrow and inserted at once, within a commit
+ARROW_SLICE_ROWS = 50_000  # rows converted to Arrow and inserted at once, within a commit
+LAKE_COMMIT_ATTEMPTS = 200  # a lake commit that loses this many races in a row fails
 
 # DuckDB checkpoints the WAL into the file once it exceeds this. At DuckDB's default (16 MB,
 # about 45k spans) every checkpoint recompresses the table's last, partly filled row group
