@@ -14,6 +14,14 @@ if [[ " $* " == *" --browser "* ]] && ! command -v chromium >/dev/null 2>&1; the
     apt-get install -y -qq chromium chromium-driver >/dev/null
 fi
 
+# PostgreSQL for the tests of lakes with a postgres catalog: they start and stop a server of
+# their own on loopback (tests/lake/postgres.py); the package's default cluster is not used.
+if ! compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq postgresql >/dev/null
+fi
+
 if ! "$PY" -m uv --version >/dev/null 2>&1 && ! command -v uv >/dev/null 2>&1; then
     "$PY" -m pip install -q uv
 fi

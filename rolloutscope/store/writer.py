@@ -28,6 +28,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rolloutscope.store import lake
 from rolloutscope.store.errors import (
     QueueFullError,
     StoreError,
@@ -43,6 +44,7 @@ DEFAULT_MAX_ROWS = 50_000
 DEFAULT_MAX_DELAY_MS = 50
 DEFAULT_MAX_QUEUED_ROWS = 2_000_000
 ARROW_SLICE_ROWS = 50_000  # rows converted to Arrow and inserted at once, within a commit
+LAKE_COMMIT_ATTEMPTS = 200  # a lake commit that loses this many races in a row fails
 
 # DuckDB checkpoints the WAL into the file once it exceeds this. At DuckDB's default (16 MB,
 # about 45k spans) every checkpoint recompresses the table's last, partly filled row group
@@ -86,6 +88,7 @@ class WriterStats:
     rejected_rows: int = 0
     failed_rows: int = 0
     commits: int = 0
+    conflicts: int = 0  # lake commits that lost a race with another writer and were retried
     last_commit_ms: float = 0.0
 
 
@@ -94,7 +97,9 @@ class StoreWriter:
                  max_delay_ms: float = DEFAULT_MAX_DELAY_MS,
                  max_queued_rows: int = DEFAULT_MAX_QUEUED_ROWS) -> None:
         self._store = store
-        self._con = store.raw_connection().cursor()
+        self._con = store.new_cursor()
+        # a lake has other writers: commits that lose a race to them are retried (lake.py)
+        self._lake_author = store.writer_id if store.is_lake else None
         self._con.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
         self.max_rows = max_rows
         self.max_delay_s = max_delay_ms / 1000.0
@@ -108,6 +113,9 @@ class StoreWriter:
         self._submitted_seq = 0
         self._committed_seq = 0  # every batch with seq <= this is committed or failed
         self._open_markers = self._con.execute("SELECT count(*) FROM open_spans").fetchall()[0][0]
+        if self._lake_author is not None:
+            # other writers add markers this one never counts: always look for ended ones
+            self._open_markers = float("inf")
         # run_id -> (first, last) seen that this writer has committed to ``runs``: the stored
         # bounds cover these, so a commit inside them need not touch the row
         self._run_bounds: dict[str, tuple[int, int]] = {}
@@ -229,16 +237,22 @@ class StoreWriter:
         return errors
 
     def _try_commit(self, batches: list[RowBatch]) -> StoreError | None:
-        try:
-            self._commit(batches)
-        except Exception as exc:  # noqa: BLE001 - reported to the waiters, never raised
+        for attempt in range(LAKE_COMMIT_ATTEMPTS if self._lake_author else 1):
             try:
-                self._con.execute("ROLLBACK")
-            except duckdb.Error:
-                pass
-            return _as_store_error(exc)
-        self.stats.commits += 1
-        return None
+                self._commit(batches)
+            except Exception as exc:  # noqa: BLE001 - reported to the waiters, never raised
+                try:
+                    self._con.execute("ROLLBACK")
+                except duckdb.Error:
+                    pass
+                if self._lake_author is not None and lake.as_conflict(exc) is not None:
+                    self.stats.conflicts += 1
+                    time.sleep(min(0.25, 0.002 * 1.5 ** min(attempt, 14)))
+                    continue
+                return _as_store_error(exc)
+            self.stats.commits += 1
+            return None
+        return lake.CommitConflictError(f"lost {LAKE_COMMIT_ATTEMPTS} commit races in a row")
 
     def _commit(self, batches: list[RowBatch]) -> None:
         t0 = time.perf_counter()
@@ -251,6 +265,8 @@ class StoreWriter:
         seen: dict[str, tuple[int, int]] = {}
         markers = self._open_markers
         con.execute("BEGIN")
+        if self._lake_author is not None:
+            lake.stamp_commit(con, self._lake_author, f"{merged.rows} rows")
         for table in _COMMIT_ORDER:
             # converted and inserted a slice at a time: the Arrow copy of a large batch never
             # exists whole beside its rows
@@ -293,6 +309,16 @@ class StoreWriter:
         nothing; a known run costs a keyed UPDATE; only a run new to this writer pays for the
         upsert (it may exist already, registered or written by an earlier session)."""
         con = self._con
+        if self._lake_author is not None:
+            widened = {run_id: bounds for run_id, bounds in seen.items()
+                       if (known := self._run_bounds.get(run_id)) is None
+                       or bounds[0] < known[0] or bounds[1] > known[1]}
+            lake.record_run_bounds(con, widened, self._lake_author)
+            for run_id, known in self._run_bounds.items():
+                if run_id in seen:
+                    seen[run_id] = (min(seen[run_id][0], known[0]),
+                                    max(seen[run_id][1], known[1]))
+            return
         for run_id, (first, last) in seen.items():
             known = self._run_bounds.get(run_id)
             if known is None:
