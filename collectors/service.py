@@ -36,6 +36,7 @@ import orjson
 from aiohttp import web
 
 from rolloutscope.auth import bearer_token_matches
+from rolloutscope.collectors.otlp import fastdecode
 from rolloutscope.collectors.otlp.budget import DEFAULT_INFLIGHT_BYTES, InflightBudget
 from rolloutscope.collectors.otlp.connections import ConnectionLimiter
 from rolloutscope.collectors.otlp.counters import COLLECTOR_SERVICE, CollectorCounters
@@ -241,6 +242,7 @@ class CollectorService:
         stack.callback(self.commit_self_metrics)  # the final counts, once the servers stopped
         receiver = OtlpReceiver(enqueue=commits.enqueue, limits=cfg.limits,
                                 counters=self.counters)
+        fastdecode.warn_if_unavailable()
         if self._limiter.max_connections < cfg.max_connections:
             log.warning("at most %d connections per server: the open-file limit is %d",
                         self._limiter.max_connections, _open_file_limit())

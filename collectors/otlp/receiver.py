@@ -20,8 +20,14 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from rolloutscope.collectors.otlp import fastdecode
 from rolloutscope.collectors.otlp.counters import CollectorCounters
-from rolloutscope.collectors.otlp.decode import Decoded, decode_request, parse_request
+from rolloutscope.collectors.otlp.decode import (
+    PROTOBUF,
+    Decoded,
+    decode_request,
+    parse_request,
+)
 from rolloutscope.collectors.otlp.errors import (
     BackpressureError,
     BadRequestError,
@@ -62,7 +68,12 @@ class OtlpReceiver:
 
     def decode(self, signal: Signal, body: bytes, encoding: str) -> Decoded:
         """Rows of a (decompressed) body. The transport counts ``BadRequestError.problem``;
-        this counts items."""
+        this counts items. A protobuf trace body goes to the compiled decoder first; what
+        it declines (anything to reject or coerce, see ``fastdecode``) the reference decodes."""
+        if signal is Signal.TRACES and encoding == PROTOBUF:
+            fast = fastdecode.decode_traces(body, self.limits)
+            if fast is not None:
+                return fast
         try:
             decoded: Decoded = decode_request(signal, parse_request(signal, body, encoding),
                                               self.limits)
