@@ -76,7 +76,10 @@ class CollectorConfig:
     query: QueryLimits = field(default_factory=QueryLimits)
     max_queued_rows: int = 2_000_000
     commit_max_rows: int = 50_000
-    commit_max_delay_ms: float = 50.0
+    commit_max_bytes: int = 64 * MiB
+    commit_max_delay_ms: float = 250.0
+    """The longest a batch waits for others while requests are still arriving; with none on
+    its way the writer commits at once (``StoreWriter.group_with``)."""
     retry_after_s: float = 1.0
     drain_timeout_s: float = 30.0
     self_metrics_interval_s: float = SELF_METRICS_INTERVAL_S
@@ -234,6 +237,7 @@ class CollectorService:
             cur.execute(f"SET memory_limit = '{int(cfg.store_memory_mib)}MiB'")
         self._writer = self.store.writer(max_rows=cfg.commit_max_rows,
                                          max_delay_ms=cfg.commit_max_delay_ms,
+                                         max_bytes=cfg.commit_max_bytes,
                                          max_queued_rows=cfg.max_queued_rows)
         commits = CommitQueue(self._writer, retry_after_s=cfg.retry_after_s)
         stack.callback(commits.close)  # after the servers: settles what they still wait for
@@ -243,6 +247,9 @@ class CollectorService:
         receiver = OtlpReceiver(enqueue=commits.enqueue, limits=cfg.limits,
                                 counters=self.counters)
         fastdecode.warn_if_unavailable()
+        # commits grouped across senders: the writer waits while requests are arriving
+        receiver.on_arrived = self._writer.wake
+        self._writer.group_with(lambda: receiver.arriving)
         if self._limiter.max_connections < cfg.max_connections:
             log.warning("at most %d connections per server: the open-file limit is %d",
                         self._limiter.max_connections, _open_file_limit())
