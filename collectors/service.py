@@ -80,6 +80,9 @@ class CollectorConfig:
     commit_max_delay_ms: float = 250.0
     """The longest a batch waits for others while requests are still arriving; with none on
     its way the writer commits at once (``StoreWriter.group_with``)."""
+    commit_when_idle: bool = True
+    """Commit as soon as no request is arriving; off, only the bounds end a group (what
+    benchmarks/bench_ingest.py compares against)."""
     retry_after_s: float = 1.0
     drain_timeout_s: float = 30.0
     self_metrics_interval_s: float = SELF_METRICS_INTERVAL_S
@@ -248,8 +251,9 @@ class CollectorService:
                                 counters=self.counters)
         fastdecode.warn_if_unavailable()
         # commits grouped across senders: the writer waits while requests are arriving
-        receiver.on_arrived = self._writer.wake
-        self._writer.group_with(lambda: receiver.arriving)
+        if cfg.commit_when_idle:
+            receiver.on_arrived = self._writer.wake
+            self._writer.group_with(lambda: receiver.arriving)
         if self._limiter.max_connections < cfg.max_connections:
             log.warning("at most %d connections per server: the open-file limit is %d",
                         self._limiter.max_connections, _open_file_limit())
