@@ -5,8 +5,8 @@ table through Arrow (never row-by-row), in one transaction, and then completes e
 ``Commit``. A commit happens when the rows gathered reach ``max_rows``, their bytes
 ``max_bytes``, or the oldest gathered batch is ``max_delay_ms`` old, whichever comes first; a
 writer told what is on its way (``group_with``: the collector's requests being read and decoded)
-commits as soon as nothing more is, since every sender waiting for an acknowledgement then is
-in the group already. So commits are as large as the concurrent senders make them (DuckDB's
+commits once nothing more has been for ``linger_ms``, since every sender waiting for an
+acknowledgement then is in the group already. So commits are as large as the concurrent senders make them (DuckDB's
 append costs several times more per row at 1,000-row commits than at 50,000), and a lone
 sender's request is not held for the time bound. A completed ``Commit`` means the rows are
 in the file (DuckDB's WAL), so a caller that waits for it before acknowledging never loses
@@ -48,6 +48,10 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_ROWS = 50_000
 DEFAULT_MAX_DELAY_MS = 50
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+# How long "nothing is arriving" must last before a group commits: senders acknowledged by the
+# previous commit send again within a millisecond or two, and a commit that waits for them is
+# several times larger (and cheaper per row) than one that goes without them.
+DEFAULT_LINGER_MS = 3.0
 ROW_BYTES_ESTIMATE = 256  # a batch submitted without its size counts this much per row
 DEFAULT_MAX_QUEUED_ROWS = 2_000_000
 ARROW_SLICE_ROWS = 50_000  # rows converted to Arrow and inserted at once, within a commit
@@ -113,6 +117,7 @@ class StoreWriter:
         self._queued_rows = 0
         self._queued_bytes = 0
         self._arriving: Callable[[], int] | None = None
+        self._linger_s = 0.0
         self._cond = threading.Condition()
         self._closing = False
         self.closed = False
@@ -130,11 +135,13 @@ class StoreWriter:
         self._thread.start()
 
     # -- producer side ---------------------------------------------------------------------
-    def group_with(self, arriving: Callable[[], int]) -> None:
-        """Commit early once ``arriving()`` (batches on their way to ``submit``) is 0; call
-        ``wake`` when it drops without a submit."""
+    def group_with(self, arriving: Callable[[], int], *,
+                   linger_ms: float = DEFAULT_LINGER_MS) -> None:
+        """Commit early once ``arriving()`` (batches on their way to ``submit``) has been 0
+        for ``linger_ms``; call ``wake`` when it drops without a submit."""
         with self._cond:
             self._arriving = arriving
+            self._linger_s = linger_ms / 1000.0
 
     def wake(self) -> None:
         """Have the writer look at ``arriving()`` again."""
@@ -205,14 +212,23 @@ class StoreWriter:
             if not self._queue:
                 return []
             first_at = self._queue[0][2]
+            idle_since: tuple[float, int] | None = None  # (when, queue length then)
             while (self._queued_rows < self.max_rows and self._queued_bytes < self.max_bytes
                    and not self._closing):
-                remaining = first_at + self.max_delay_s - time.monotonic()
+                now = time.monotonic()
+                remaining = first_at + self.max_delay_s - now
                 if remaining <= 0:
                     break
-                if self._arriving is not None and self._arriving() <= 0:
-                    break  # nothing more is on its way: waiting would only add latency
-                self._cond.wait(remaining)
+                if self._arriving is not None:
+                    if self._arriving() > 0:
+                        idle_since = None
+                    elif idle_since is None or idle_since[1] != len(self._queue):
+                        idle_since = (now, len(self._queue))
+                    elif now - idle_since[0] >= self._linger_s:
+                        break  # nothing more is on its way: waiting would only add latency
+                    if idle_since is not None:
+                        remaining = min(remaining, idle_since[0] + self._linger_s - now)
+                self._cond.wait(max(remaining, 0.0))
             taken: list[tuple[RowBatch, Commit, float, int]] = []
             rows = nbytes = 0
             while self._queue and ((rows < self.max_rows and nbytes < self.max_bytes)
