@@ -28,7 +28,7 @@ if ! command -v cc >/dev/null 2>&1 || ! has_headers; then
         apt-get install -y -qq gcc libc6-dev python3-dev >/dev/null
     else
         echo "setup: no C compiler or Python headers (and no root apt-get to install them):" \
-             "the collector will decode OTLP in Python, about 4x its CPU per span" >&2
+             "the collector will decode OTLP traces in Python, about twice its CPU per span" >&2
     fi
 fi
 

@@ -23,8 +23,9 @@ from rolloutscope.vocabulary import Attr, ResourceAttr
 log = logging.getLogger(__name__)
 
 FORCE_PYTHON_ENV = "ROLLOUTSCOPE_PYTHON_DECODER"
-FALLBACK_COST = ("decoding OTLP traces in Python costs about 4x the receiver CPU per span "
-                 "(roughly 20-35 us instead of 5-8 us; benchmarks/bench_ingest.py measures it)")
+FALLBACK_COST = ("decoding OTLP traces in Python costs about twice the receiver CPU per span "
+                 "(about 18-24 us instead of 9-12 us, and ten times the decode alone; "
+                 "benchmarks/bench_ingest.py and bench_decode.py measure it)")
 
 # in the order _fastdecode.c indexes them
 _KEYS = (Attr.ROLLOUT_ID, Attr.EPISODE_ROLLOUT_ID, Attr.RL_ATTEMPT, Attr.EPISODE_ATTEMPT,
