@@ -1,11 +1,16 @@
-"""Maps the design's top-level folders onto one import namespace.
+"""Maps the design's top-level folders onto one import namespace, and builds the compiled OTLP
+trace decoder.
 
 collectors/, dashboard/ and replay/ install as rolloutscope.collectors, rolloutscope.dashboard
 and rolloutscope.replay, so no generic top-level module lands in site-packages. Subpackages are
 found at build time, so a new folder needs no edit here.
+
+The decoder (collectors/otlp/_fastdecode.c) is optional: where no C compiler or no Python
+headers are found the install still succeeds, and the collector decodes in Python and says what
+that costs (rolloutscope.collectors.otlp.fastdecode).
 """
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 
 FOLDERS = {"rolloutscope": "rolloutscope", "collectors": "rolloutscope.collectors",
            "dashboard": "rolloutscope.dashboard", "replay": "rolloutscope.replay"}
@@ -22,4 +27,8 @@ setup(
     packages=packages,
     package_data={name: ["*.sql", "**/*.sql", "*.json", "**/*.json"] for name in packages},
     include_package_data=True,
+    ext_modules=[Extension("rolloutscope.collectors.otlp._fastdecode",
+                           sources=["collectors/otlp/_fastdecode.c"],
+                           extra_compile_args=["-O2", "-std=c11", "-Wall"],
+                           optional=True)],
 )

@@ -1,11 +1,22 @@
 """A synthetic run of any size, written straight into a run store with DuckDB SQL.
 
 Not a replay (the engine makes realistic runs, but 10M spans through the SDK take minutes): a
-bulk generator for the size benchmarks. Per prompt: the prompt span, one RL try, its deadline, the
-agent execution with its completion (and usually its ACK), the released gym.rollout span and a
-few model calls; a snapshot every ``snapshot_every_s`` parks what is in flight; one generation
-shard in 64 goes suspect and dead. About one prompt in 500 has its deadline fire while parked and
-its completion left unacknowledged, so the incident views have work to do.
+bulk generator for the size benchmarks. Per RL prompt: the prompt span, one RL try and its
+deadline. Most prompts run on Gym through rolloutscope's wrappers: the agent execution with its
+completion (and usually its ACK), the gym.rollout span stamped with the prompt and a few model
+calls; a snapshot every ``snapshot_every_s`` parks what is in flight. About one of those prompts
+in 500 has its deadline fire while parked and its completion left unacknowledged, so the
+incident views have work to do. One prompt in ``released_gym_every`` runs on a released Gym
+deployment instead, shaped as NeMo-Gym 0.7.0 sends it over OTLP (tests/fixtures/
+gym-0.7.0-otlp-http/): the agent's ``POST /run`` SERVER span over a gym.rollout that names no RL
+prompt, each model call an ``HTTP POST`` CLIENT span to the model server (a hop inside the
+deployment), its SERVER span, the gym.model.responses span and the ``HTTP POST`` tries to a
+model backend, a verify call, and the ASGI receive/send spans under every SERVER span; the
+backends are probed (``GET /health``) every 30 s. Among those, one backend answers 500 for a
+stretch while its probes pass (a wedged backend), about one call in 2000 is answered 429 on five
+tries (a retry storm), and about one /run in 1000 answers 502. Halfway through, no prompt starts
+for ``hang_s`` seconds, so nothing commits for longer than the stall timeout (one stall). One
+generation shard in 64 goes suspect and dead.
 
     .venv/bin/python benchmarks/synthetic.py OUT.duckdb --spans 10000000
 """
@@ -22,13 +33,22 @@ from rolloutscope.store import RunStore
 RUN = "synthetic"
 T0 = 1_800_000_000 * 10**9
 S = 10**9  # spliced into SQL as a BIGINT literal
-SPANS_PER_PROMPT = 11  # prompt, attempt, deadline, execution, gym.rollout, 6 model calls
+RL_SPANS_PER_PROMPT = 11.6  # prompt, attempt, deadline, execution, gym.rollout, 6 model calls,
+#                             and the parked stays of about two prompts in three
+GYM_SPANS_PER_PROMPT = 30  # prompt, attempt, deadline and the released Gym rollout's 27
+BACKENDS = 8  # model backends the released Gym deployment's model server calls
+WEDGED = BACKENDS - 1  # the backend that answers 500 while its probes pass
+GYM_CALLS = 3  # model calls per released Gym rollout
 
 
 def generate(path: str | Path, *, spans: int = 10_000_000, snapshot_every_s: int = 300,
-             shards: int = 64) -> dict[str, int]:
-    prompts = max(1, spans // SPANS_PER_PROMPT)
-    duration_s = max(3600, prompts // 8)  # ~8 prompts started per second, as at 16k in flight
+             shards: int = 64, released_gym_every: int = 8, hang_s: int = 1000
+             ) -> dict[str, int]:
+    per_prompt = (RL_SPANS_PER_PROMPT * (released_gym_every - 1) + GYM_SPANS_PER_PROMPT) \
+        / released_gym_every
+    prompts = max(1, int(spans / per_prompt))
+    active_s = max(3600, prompts // 8)  # ~8 prompts started per second, as at 16k in flight
+    duration_s = active_s + hang_s
     config = {"rollout": {"rollout_timeout_s": 180.0},
               "checkpoint": {"prepare_timeout_s": 300.0},
               "watchdog": {"stall_timeout_s": 600.0, "interval_s": 30.0},
@@ -37,30 +57,62 @@ def generate(path: str | Path, *, spans: int = 10_000_000, snapshot_every_s: int
         store.register_run(RUN, source="replay", scenario="synthetic", config=config)
         with store.cursor() as con:
             con.execute("SET preserve_insertion_order = false")
-            con.execute(_PROMPTS, [prompts, duration_s])
-            for name, sql in _SPAN_INSERTS:
+            con.execute(_PROMPTS, [prompts, active_s, released_gym_every, hang_s])
+            con.execute(_CALLS_TABLE)
+            for sql in (*_RL_INSERTS, *_WRAPPED_INSERTS, *_RELEASED_GYM_INSERTS):
                 con.execute(sql, [RUN])
             con.execute(_EVENTS, [RUN])
             con.execute(_CHECKPOINTS, [RUN, duration_s // snapshot_every_s, snapshot_every_s])
             con.execute(_PARKED, [RUN])
             con.execute(_SHARDS, [RUN, shards, duration_s])
+            con.execute(_PROBES, [RUN, duration_s // 30])
             con.execute("UPDATE runs SET first_seen_ns = ?, last_seen_ns = ? WHERE run_id = ?",
                         [T0, T0 + (duration_s + 400) * S, RUN])
             counts = dict(con.execute(
                 "SELECT 'spans', count(*) FROM spans UNION ALL "
                 "SELECT 'span_events', count(*) FROM span_events").fetchall())
             con.execute("DROP TABLE synthetic_prompts")
+            con.execute("DROP TABLE synthetic_calls")
     return counts
 
 
+# $1 prompts, $2 seconds over which they start, $3 one in how many on released Gym, $4 the hang
 _PROMPTS = f"""
 CREATE OR REPLACE TEMP TABLE synthetic_prompts AS
 SELECT i AS idx,
-       {T0}::BIGINT + CAST(i * $2::DOUBLE / $1 * 1e9 AS BIGINT) AS start_ns,
+       {T0}::BIGINT + CAST(i * $2::DOUBLE / $1 * 1e9 AS BIGINT)
+           + CASE WHEN i >= $1 // 2 THEN $4::BIGINT * {S} ELSE 0 END AS start_ns,
        CAST((120 + hash(i) % 150) * {S}::BIGINT AS BIGINT) AS dur_ns,
-       hash(i * 7) % 500 = 0 AS unlucky,
-       lpad(to_hex(hash(i)), 16, '0') AS trace_hi
+       i % $3 = $3 - 1 AS released_gym,
+       i % $3 <> $3 - 1 AND hash(i * 7) % 500 = 0 AS unlucky,
+       lpad(to_hex(hash(i)), 16, '0') AS trace_hi,
+       i || '-0' AS gym_key,
+       hash(i * 11) % 1000 = 0 AS run_failed
 FROM range($1) t(i)
+"""
+# the released Gym rollouts' model calls, and which backend each try reached with what answer
+_CALLS_TABLE = f"""
+CREATE OR REPLACE TEMP TABLE synthetic_calls AS
+WITH calls AS (
+    SELECT p.*, c.k,
+           p.start_ns + c.k * p.dur_ns // 4 AS call_ns,
+           p.dur_ns // 4 - {S}::BIGINT AS call_dur_ns,
+           hash(p.idx * 5 + c.k) % 2000 = 0 AS storm,
+           hash(p.idx * 3 + c.k) % {BACKENDS} AS backend
+    FROM synthetic_prompts p, range({GYM_CALLS}) c(k)
+    WHERE p.released_gym
+),
+stretch AS (SELECT min(start_ns) + (max(start_ns) - min(start_ns)) // 4 AS from_ns,
+                   min(start_ns) + (max(start_ns) - min(start_ns)) * 3 // 10 AS to_ns
+            FROM synthetic_prompts)
+SELECT c.*, t.j,
+       CASE WHEN c.storm THEN 5 WHEN wedged THEN 2 ELSE 1 END AS tries,
+       CASE WHEN wedged AND t.j = 1 THEN 0 ELSE c.backend END AS try_backend,
+       CASE WHEN c.storm THEN 429 WHEN wedged AND t.j = 0 THEN 500 ELSE 200 END AS status
+FROM (SELECT c.*, c.backend = {WEDGED} AND c.call_ns BETWEEN s.from_ns AND s.to_ns AS wedged
+      FROM calls c, stretch s) c,
+     range(5) t(j)
+WHERE t.j < CASE WHEN c.storm THEN 5 WHEN c.wedged THEN 2 ELSE 1 END
 """
 
 _SPAN_COLS = ("run_id, trace_id, span_id, parent_span_id, name, kind, service, start_ns, end_ns, "
@@ -69,7 +121,8 @@ _SPAN_COLS = ("run_id, trace_id, span_id, parent_span_id, name, kind, service, s
 
 
 def _span_insert(name: str, salt: int, start: str, end: str, attrs: str,
-                 service: str = "nemo-rl/controller", copies: int = 1) -> str:
+                 service: str = "nemo-rl/controller", copies: int = 1,
+                 where: str = "true") -> str:
     return f"""
 INSERT INTO spans ({_SPAN_COLS})
 SELECT ?, p.trace_hi || lpad(to_hex(p.idx), 16, '0'),
@@ -77,39 +130,192 @@ SELECT ?, p.trace_hi || lpad(to_hex(p.idx), 16, '0'),
        '{name}', 'INTERNAL', '{service}', {start}, {end}, 'UNSET', NULL,
        'p' || p.idx, 0, p.idx, NULL, NULL, NULL, {attrs}, NULL, 'synthetic'
 FROM synthetic_prompts p, range({copies}) c(k)
+WHERE {where}
 """
 
 
 _ID = "'nemo.rl.prompt.idx', p.idx, 'nemo.gym.rollout.id', 'p' || p.idx, 'nemo.rl.rollout.attempt', 0"
-_SPAN_INSERTS = [
-    ("prompt", _span_insert(
+_RL_INSERTS = [
+    _span_insert(
         "rl.rollout.prompt", 1, "p.start_ns", "p.start_ns + p.dur_ns",
-        f"json_object({_ID}, 'nemo.rl.rollout.outcome', 'committed')::VARCHAR")),
-    ("attempt", _span_insert(
+        f"json_object({_ID}, 'nemo.rl.rollout.outcome', 'committed')::VARCHAR"),
+    _span_insert(
         "rl.rollout.attempt", 2, "p.start_ns", "p.start_ns + p.dur_ns",
-        f"json_object({_ID}, 'nemo.rl.group.id', 'g' || p.idx, 'nemo.rl.rollout.outcome', "
-        "CASE WHEN p.unlucky THEN 'failed' ELSE 'committed' END, 'nemo.rl.failure.class', "
-        "CASE WHEN p.unlucky THEN 'infra' END, 'nemo.rl.failure.reason', "
-        "CASE WHEN p.unlucky THEN 'RolloutTimeout' END)::VARCHAR")),
-    ("deadline", _span_insert(
+        # as the SDK exports them: a failure's attributes only on the failed try
+        f"""CASE WHEN p.unlucky
+             THEN json_object({_ID}, 'nemo.rl.group.id', 'g' || p.idx,
+                              'nemo.rl.rollout.outcome', 'failed',
+                              'nemo.rl.failure.class', 'infra',
+                              'nemo.rl.failure.reason', 'RolloutTimeout')
+             ELSE json_object({_ID}, 'nemo.rl.group.id', 'g' || p.idx,
+                              'nemo.rl.rollout.outcome', 'committed') END::VARCHAR"""),
+    _span_insert(
         "rl.deadline", 3, "p.start_ns",
         f"CASE WHEN p.unlucky THEN p.start_ns + 180 * {S}::BIGINT ELSE p.start_ns + p.dur_ns END",
         f"json_object({_ID}, 'nemo.rl.deadline.kind', 'rollout', 'nemo.rl.deadline.budget_s', "
         "180.0, 'nemo.rl.deadline.outcome', CASE WHEN p.unlucky THEN 'fired' ELSE 'completed' "
-        "END)::VARCHAR")),
-    ("execution", _span_insert(
+        "END)::VARCHAR"),
+]
+# the Gym side of a prompt run through rolloutscope's wrappers
+_WRAPPED_INSERTS = [
+    _span_insert(
         "gym.agent.execution", 4, "p.start_ns", "p.start_ns + p.dur_ns",
         f"json_object({_ID}, 'nemo.gym.agent.execution.state', 'completed')::VARCHAR",
-        service="nemo-gym/agent")),
-    ("gym.rollout", _span_insert(
+        service="nemo-gym/agent", where="NOT p.released_gym"),
+    _span_insert(
         "gym.rollout", 5, "p.start_ns", "p.start_ns + p.dur_ns",
-        f"json_object({_ID})::VARCHAR", service="nemo-gym/agent")),
-    ("model calls", _span_insert(
+        f"json_object({_ID})::VARCHAR", service="nemo-gym/agent", where="NOT p.released_gym"),
+    _span_insert(
         "gym.model.responses", 6, f"p.start_ns + c.k * p.dur_ns // 6",
         f"p.start_ns + (c.k + 1) * p.dur_ns // 6 - {S}::BIGINT",
         f"json_object({_ID}, 'gen_ai.usage.input_tokens', 800, "
-        "'gen_ai.usage.output_tokens', 2048)::VARCHAR", service="nemo-gym/policy", copies=6)),
+        "'gen_ai.usage.output_tokens', 2048)::VARCHAR", service="nemo-gym/policy", copies=6,
+        where="NOT p.released_gym"),
 ]
+
+
+# -- a released Gym deployment's rollouts ------------------------------------------------------
+AGENT = "10.0.0.1:8001"
+MODEL_SERVER = "10.0.0.2:8000"
+RESOURCES = "10.0.0.3:8002"
+
+
+def _resource(server: str, server_type: str) -> str:
+    return json.dumps({"service.name": f"nemo-gym/{server}", "nemo.gym.server.name": server,
+                       "nemo.gym.server.type": server_type, "nemo.gym.version": "0.7.0",
+                       "service.instance.id": "synthetic-rank0",
+                       "telemetry.sdk.language": "python", "telemetry.sdk.name": "opentelemetry",
+                       "telemetry.sdk.version": "1.39.1"}, separators=(",", ":"))
+
+
+_GYM_SERVICES = {
+    "agent": ("nemo-gym/simple_agent", _resource("simple_agent", "responses_api_agents")),
+    "model": ("nemo-gym/policy_model", _resource("policy_model", "responses_api_models")),
+    "resources": ("nemo-gym/example_resources",
+                  _resource("example_resources", "resources_servers")),
+}
+
+
+def _sid(role: int, k: str = "0", j: str = "0") -> str:
+    """A span id of a released Gym rollout's span: its role, call and try."""
+    return f"lpad(to_hex(hash(p.idx * 131 + {role} * 7919 + ({k}) * 101 + ({j}))), 16, '0')"
+
+
+def _gym_span(name: str, kind: str, service: str, span_id: str, parent: str | None,
+              start: str, end: str, attrs: str, *, rollout: bool = False,
+              status: str = "'UNSET'", source: str = "synthetic_prompts p",
+              where: str = "true", scope: str = "nemo.gym") -> str:
+    svc, resource = _GYM_SERVICES[service]
+    return f"""
+INSERT INTO spans ({_SPAN_COLS})
+SELECT ?, lpad(to_hex(hash(p.idx * 3 + 1)), 16, '0') || lpad(to_hex(p.idx), 16, '0'),
+       {span_id}, {parent or 'NULL'}, {name}, '{kind}', '{svc}', {start}, {end}, {status}, NULL,
+       {'p.gym_key' if rollout else 'NULL'}, NULL, NULL, NULL, NULL, NULL, {attrs},
+       '{resource}', '{scope}'
+FROM {source}
+WHERE p.released_gym AND {where}
+"""
+
+
+def _server_attrs(authority: str, target: str, status: str) -> str:
+    return (f"json_object('http.scheme', 'http', 'http.host', '{authority}', 'http.flavor', "
+            f"'1.1', 'http.target', {target}, 'http.url', 'http://{authority}' || {target}, "
+            f"'http.method', 'POST', 'http.server_name', '{authority}', "
+            f"'http.status_code', {status})::VARCHAR")
+
+
+def _client_attrs(url: str, status: str, rollout: bool = True) -> str:
+    key = ", 'nemo.gym.rollout.id', p.gym_key" if rollout else ""
+    return (f"json_object('http.request.method', 'POST', 'url.full', {url}{key}, "
+            f"'http.response.status_code', {status})::VARCHAR")
+
+
+def _asgi(name: str, service: str, parent: str, start: str, end: str, role: int,
+          source: str = "synthetic_prompts p", where: str = "true", k: str = "0") -> list[str]:
+    """The ASGI instrumentation's receive and send spans under a SERVER span."""
+    return [
+        _gym_span(f"{name} || ' http receive'", "INTERNAL", service, _sid(role, k), parent,
+                  f"{start} + 1000000", f"{start} + 1050000",
+                  "'{\"asgi.event.type\":\"http.request\"}'", source=source, where=where,
+                  scope="opentelemetry.instrumentation.fastapi"),
+        _gym_span(f"{name} || ' http send'", "INTERNAL", service, _sid(role + 1, k), parent,
+                  f"{end} - 2000000", f"{end} - 1950000",
+                  "'{\"asgi.event.type\":\"http.response.start\",\"http.status_code\":200}'",
+                  source=source, where=where, scope="opentelemetry.instrumentation.fastapi"),
+    ]
+
+
+_RUN_STATUS = "CASE WHEN p.run_failed THEN 502 ELSE 200 END"
+_CALLS = "synthetic_calls p"  # one row per try of a call
+_FIRST = "p.j = 0"  # one row per call
+_CALL_END = "p.call_ns + p.call_dur_ns"
+_TRY_START = "p.call_ns + 3000000 + p.j * (p.call_dur_ns // p.tries)"
+_TRY_END = "p.call_ns + (p.j + 1) * (p.call_dur_ns // p.tries) - 3000000"
+_RELEASED_GYM_INSERTS = [
+    # the agent's /run, and the rollout under it
+    _gym_span("'POST /run'", "SERVER", "agent", _sid(1), None, "p.start_ns",
+              "p.start_ns + p.dur_ns", _server_attrs(AGENT, "'/run'", _RUN_STATUS),
+              status=f"CASE WHEN p.run_failed THEN 'ERROR' ELSE 'UNSET' END",
+              scope="opentelemetry.instrumentation.fastapi"),
+    *_asgi("'POST /run'", "agent", _sid(1), "p.start_ns", "p.start_ns + p.dur_ns", 2),
+    _gym_span("'gym.rollout'", "INTERNAL", "agent", _sid(4), _sid(1), "p.start_ns + 2000000",
+              "p.start_ns + p.dur_ns - 3000000",
+              "json_object('nemo.gym.server.name', 'simple_agent', "
+              "'nemo.gym.rollout.id', p.gym_key)::VARCHAR", rollout=True,
+              scope="nemo.lens.helpers"),
+    # each model call: the agent's request to the model server, the server's span, its
+    # gym.model.responses span and the tries to a backend under that
+    _gym_span("'HTTP POST'", "CLIENT", "agent", _sid(10, "p.k"), _sid(4), "p.call_ns",
+              _CALL_END, _client_attrs(f"'http://{MODEL_SERVER}/ng-rollout/' || p.gym_key || "
+                                       "'/v1/responses'", "200"),
+              rollout=True, source=_CALLS, where=_FIRST),
+    _gym_span("'POST'", "SERVER", "model", _sid(11, "p.k"), _sid(10, "p.k"),
+              "p.call_ns + 1000000", f"{_CALL_END} - 1000000",
+              _server_attrs(MODEL_SERVER, "'/ng-rollout/' || p.gym_key || '/v1/responses'",
+                            "200"),
+              source=_CALLS, where=_FIRST,
+              scope="opentelemetry.instrumentation.fastapi"),
+    *_asgi("'POST'", "model", _sid(11, "p.k"), "p.call_ns + 1000000",
+           f"{_CALL_END} - 1000000", 12, source=_CALLS, where=_FIRST, k="p.k"),
+    _gym_span("'gym.model.responses'", "INTERNAL", "model", _sid(14, "p.k"), _sid(11, "p.k"),
+              "p.call_ns + 2000000", f"{_CALL_END} - 2000000",
+              "json_object('nemo.gym.server.name', 'policy_model', "
+              "'nemo.gym.rollout.id', p.gym_key)::VARCHAR", rollout=True,
+              source=_CALLS, where=_FIRST, scope="nemo.lens.helpers"),
+    _gym_span("'HTTP POST'", "CLIENT", "model", _sid(15, "p.k", "p.j"), _sid(14, "p.k"),
+              _TRY_START, _TRY_END,
+              _client_attrs("'http://10.1.0.' || p.try_backend || ':8000/v1/responses'",
+                            "p.status"),
+              rollout=True, source=_CALLS),
+    # the verify call to the resources server, in the rollout's last quarter
+    _gym_span("'HTTP POST'", "CLIENT", "agent", _sid(20), _sid(4),
+              "p.start_ns + 3 * p.dur_ns // 4", "p.start_ns + p.dur_ns - 4000000",
+              _client_attrs(f"'http://{RESOURCES}/verify'", "200"), rollout=True),
+    _gym_span("'POST /verify'", "SERVER", "resources", _sid(21), _sid(20),
+              "p.start_ns + 3 * p.dur_ns // 4 + 1000000", "p.start_ns + p.dur_ns - 5000000",
+              _server_attrs(RESOURCES, "'/verify'", "200"),
+              scope="opentelemetry.instrumentation.fastapi"),
+    *_asgi("'POST /verify'", "resources", _sid(21), "p.start_ns + 3 * p.dur_ns // 4 + 1000000",
+           "p.start_ns + p.dur_ns - 5000000", 22),
+    _gym_span("'gym.verify'", "INTERNAL", "resources", _sid(24), _sid(21),
+              "p.start_ns + 3 * p.dur_ns // 4 + 2000000", "p.start_ns + p.dur_ns - 6000000",
+              "json_object('nemo.gym.server.name', 'example_resources', "
+              "'nemo.gym.rollout.id', p.gym_key)::VARCHAR", rollout=True,
+              scope="nemo.lens.helpers"),
+]
+# liveness probes of every model backend, every 30 s; the wedged backend passes them all
+_PROBES = f"""
+INSERT INTO spans ({_SPAN_COLS})
+SELECT $1, lpad(to_hex(2000000 + b.b), 16, '0') || lpad(to_hex(t.i), 16, '0'),
+       lpad(to_hex(hash(t.i * 17 + b.b)), 16, '0'), NULL, 'HTTP GET', 'CLIENT',
+       'nemo-rl/controller', {T0} + t.i * 30 * {S}::BIGINT,
+       {T0} + t.i * 30 * {S}::BIGINT + 10000000, 'UNSET', NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL,
+       json_object('http.request.method', 'GET',
+                   'url.full', 'http://10.1.0.' || b.b || ':8000/health',
+                   'http.response.status_code', 200)::VARCHAR, NULL, 'synthetic'
+FROM range($2) t(i), range({BACKENDS}) b(b)
+"""
 
 _EVENTS = f"""
 INSERT INTO span_events
@@ -143,6 +349,7 @@ FROM range(1, $2 + 1) k(i),
              (6, 'gym.checkpoint.coordinate.commit', 'controller')) ph(j, name, kind)
 """
 
+# the wrapped prompts in flight at a snapshot are parked for it
 _PARKED = f"""
 INSERT INTO spans ({_SPAN_COLS})
 SELECT ?, p.trace_hi || lpad(to_hex(p.idx), 16, '0'),
@@ -157,7 +364,7 @@ FROM synthetic_prompts p
 JOIN (SELECT checkpoint_id AS ck, start_ns FROM spans WHERE name = 'rl.admission.fence') w
   ON w.start_ns BETWEEN p.start_ns AND p.start_ns + p.dur_ns
  AND (NOT p.unlucky OR p.start_ns + 180 * {S}::BIGINT BETWEEN w.start_ns + {S}::BIGINT AND w.start_ns + 60 * {S}::BIGINT)
-WHERE p.start_ns + 180 * {S}::BIGINT > w.start_ns OR NOT p.unlucky
+WHERE (p.start_ns + 180 * {S}::BIGINT > w.start_ns OR NOT p.unlucky) AND NOT p.released_gym
 """
 
 _SHARDS = f"""

@@ -36,6 +36,7 @@ import orjson
 from aiohttp import web
 
 from rolloutscope.auth import bearer_token_matches
+from rolloutscope.collectors.otlp import fastdecode
 from rolloutscope.collectors.otlp.budget import DEFAULT_INFLIGHT_BYTES, InflightBudget
 from rolloutscope.collectors.otlp.connections import ConnectionLimiter
 from rolloutscope.collectors.otlp.counters import COLLECTOR_SERVICE, CollectorCounters
@@ -75,7 +76,13 @@ class CollectorConfig:
     query: QueryLimits = field(default_factory=QueryLimits)
     max_queued_rows: int = 2_000_000
     commit_max_rows: int = 50_000
-    commit_max_delay_ms: float = 50.0
+    commit_max_bytes: int = 64 * MiB
+    commit_max_delay_ms: float = 250.0
+    """The longest a batch waits for others while requests are still arriving; with none on
+    its way the writer commits at once (``StoreWriter.group_with``)."""
+    commit_when_idle: bool = True
+    """Commit as soon as no request is arriving; off, only the bounds end a group (what
+    benchmarks/bench_ingest.py compares against)."""
     retry_after_s: float = 1.0
     drain_timeout_s: float = 30.0
     self_metrics_interval_s: float = SELF_METRICS_INTERVAL_S
@@ -233,6 +240,7 @@ class CollectorService:
             cur.execute(f"SET memory_limit = '{int(cfg.store_memory_mib)}MiB'")
         self._writer = self.store.writer(max_rows=cfg.commit_max_rows,
                                          max_delay_ms=cfg.commit_max_delay_ms,
+                                         max_bytes=cfg.commit_max_bytes,
                                          max_queued_rows=cfg.max_queued_rows)
         commits = CommitQueue(self._writer, retry_after_s=cfg.retry_after_s)
         stack.callback(commits.close)  # after the servers: settles what they still wait for
@@ -241,6 +249,11 @@ class CollectorService:
         stack.callback(self.commit_self_metrics)  # the final counts, once the servers stopped
         receiver = OtlpReceiver(enqueue=commits.enqueue, limits=cfg.limits,
                                 counters=self.counters)
+        fastdecode.warn_if_unavailable()
+        # commits grouped across senders: the writer waits while requests are arriving
+        if cfg.commit_when_idle:
+            receiver.on_arrived = self._writer.wake
+            self._writer.group_with(lambda: receiver.arriving)
         if self._limiter.max_connections < cfg.max_connections:
             log.warning("at most %d connections per server: the open-file limit is %d",
                         self._limiter.max_connections, _open_file_limit())

@@ -9,6 +9,12 @@ runs the points serially (``ray="none"``) or as Ray tasks (``"local"`` starts a 
 shuts it down afterwards; an address joins a cluster; an already initialised Ray is used as it
 is and left running).
 
+A point is one small run file, so it runs on one core: its DuckDB gets one thread (a pool of
+more only adds hand-offs on a file this size), and a sweep's parallelism is across points, one
+Ray task of ``num_cpus=1`` each. A local Ray started here runs its workers at the driver's
+priority: Ray's default (niceness 15) hands every other process on the machine the CPU first,
+which on a shared machine made a local sweep slower than the same points run serially.
+
 Grid keys are dotted scenario paths (``config.rollout.rollout_timeout_s``), a field name that is
 unique among the config blocks (``rollout_timeout_s``), a top-level field (``seed``,
 ``horizon_s``), or ``snapshot_duration_s``: how long every snapshot attempt holds admission once
@@ -34,6 +40,10 @@ from rolloutscope.replay.scenario import Config, Scenario
 
 SNAPSHOT_DURATION_KEY = "snapshot_duration_s"
 TOP_LEVEL_KEYS = ("seed", "horizon_s")
+# the DuckDB threads of one point's run file; see the module docstring
+POINT_THREADS = 1
+# Ray's own default is 15 (workers yield to everything else on the node)
+LOCAL_WORKER_NICENESS = 0
 OUTCOME_COLUMNS = ("committed", "timed_out", "stranded", "redispatched", "quarantined",
                    "snapshots_ok", "snapshots_failed")
 
@@ -142,10 +152,11 @@ def run_point(scenario_doc: Mapping[str, Any], point: Mapping[str, Any], index: 
     try:
         scenario = apply_point(Scenario.from_dict(scenario_doc), point)
         run_id = f"{scenario.name}.p{index:03d}"
-        with RunStore(run_path) as store:
+        with RunStore(run_path, threads=POINT_THREADS) as store:
             result = replay_into_store(scenario, store, variants=variants, run_id=run_id)
             counts = compare.outcome_counts(store, run_id)
-            kinds = sorted(set(store.view("incidents", run_id=run_id).kind))
+            kinds = sorted(kind for (kind,) in store.query(
+                "SELECT DISTINCT kind FROM incidents WHERE run_id = ?", [run_id]))
         row.update(counts.as_dict())
         row["incidents"] = ";".join(kinds)
         row["raised"] = result.raised
@@ -186,7 +197,10 @@ def _on_ray(jobs: list[tuple[Any, ...]], progress: Progress) -> list[dict[str, A
     from ray.exceptions import RayError
 
     task = ray.remote(num_cpus=1, max_retries=0)(run_point)
-    pending = {task.remote(*job): job for job in jobs}
+    # every job replays the same scenario: it goes into the object store once, not pickled
+    # into each task
+    doc = ray.put(jobs[0][0]) if jobs else None
+    pending = {task.remote(doc, *job[1:]): job for job in jobs}
     rows = []
     while pending:
         done, _ = ray.wait(list(pending), num_returns=1)
@@ -203,6 +217,9 @@ def _on_ray(jobs: list[tuple[Any, ...]], progress: Progress) -> list[dict[str, A
     return rows
 
 
+LOCAL_RAY_SYSTEM_CONFIG = {"worker_niceness": LOCAL_WORKER_NICENESS}
+
+
 def start_ray(address: str, *, num_cpus: int | None = None) -> bool:
     """Connect to or start Ray; True if this call started it (and so must shut it down)."""
     import ray
@@ -211,7 +228,7 @@ def start_ray(address: str, *, num_cpus: int | None = None) -> bool:
         return False
     if address == "local":
         ray.init(include_dashboard=False, num_cpus=num_cpus, log_to_driver=False,
-                 configure_logging=False)
+                 configure_logging=False, _system_config=LOCAL_RAY_SYSTEM_CONFIG)
     else:
         ray.init(address=address, log_to_driver=False, configure_logging=False)
     return True

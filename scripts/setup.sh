@@ -14,6 +14,32 @@ if [[ " $* " == *" --browser "* ]] && ! command -v chromium >/dev/null 2>&1; the
     apt-get install -y -qq chromium chromium-driver >/dev/null
 fi
 
+# PostgreSQL for the tests of lakes with a postgres catalog: they start and stop a server of
+# their own on loopback (tests/lake/postgres.py); the package's default cluster is not used.
+if ! compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq postgresql >/dev/null
+fi
+
+# The compiled OTLP decoder (collectors/otlp/_fastdecode.c) needs a C compiler and the
+# interpreter's headers: Debian's python3 keeps them in python3-dev, uv's and pyenv's Pythons
+# carry their own. Without them the install still succeeds and traces decode in Python, slower.
+has_headers() {
+    "$PY" -c 'import os, sys, sysconfig
+sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'
+}
+if ! command -v cc >/dev/null 2>&1 || ! has_headers; then
+    if command -v apt-get >/dev/null 2>&1 && [[ "$(id -u)" == 0 ]]; then
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq gcc libc6-dev python3-dev >/dev/null
+    else
+        echo "setup: no C compiler or Python headers (and no root apt-get to install them):" \
+             "the collector will decode OTLP traces in Python, about twice its CPU per span" >&2
+    fi
+fi
+
 if ! "$PY" -m uv --version >/dev/null 2>&1 && ! command -v uv >/dev/null 2>&1; then
     "$PY" -m pip install -q uv
 fi

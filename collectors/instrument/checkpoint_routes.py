@@ -24,8 +24,8 @@ shape yields fewer attributes, never an exception.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from rolloutscope.vocabulary import (
@@ -56,11 +56,11 @@ class ControlRoute:
     span_name: str
     op: str
     participant_kind: ParticipantKind | None  # fixed by the route in the first generation
+    # an operation (visible in checkpoint_ops, open while it runs), not a poll; decided once
+    is_operation: bool = field(init=False)
 
-    @property
-    def is_operation(self) -> bool:
-        """An operation (visible in checkpoint_ops, open while it runs), not a poll."""
-        return self.op not in (STATUS_OP, ACKNOWLEDGE_OP)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "is_operation", self.op not in (STATUS_OP, ACKNOWLEDGE_OP))
 
 
 _OP_SPANS = {
@@ -138,6 +138,11 @@ def rollout_attributes(path: str) -> dict[str, Any] | None:
 # -- bodies ----------------------------------------------------------------------------------
 
 
+def _is_mapping(value: Any) -> bool:
+    # what a JSON body decodes to is a dict: that answer costs no ABC instance check
+    return type(value) is dict or isinstance(value, Mapping)
+
+
 def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -154,10 +159,10 @@ def _number(value: Any) -> float | None:
 
 def protocol_error(body: Any) -> tuple[str, str | None] | None:
     """``{"error": {"code", "detail"}}`` -> (code, detail), if the body is one."""
-    if not isinstance(body, Mapping):
+    if not _is_mapping(body):
         return None
     error = body.get("error")
-    if not isinstance(error, Mapping):
+    if not _is_mapping(error):
         return None
     code = _text(error.get("code"))
     if code is None:
@@ -168,26 +173,29 @@ def protocol_error(body: Any) -> tuple[str, str | None] | None:
 def request_attributes(body: Any) -> dict[str, Any]:
     """``CheckpointRequest`` and its kin: the id, the deadline, the scope
     (docs/domain/checkpoint-protocol.md#participants-and-phases)."""
-    if not isinstance(body, Mapping):
+    if not _is_mapping(body):
         return {}
     attrs: dict[str, Any] = {}
-    ck = _text(body.get("checkpoint_id"))
-    if ck is not None:
-        attrs[Attr.CHECKPOINT_ID] = ck
-    deadline = _number(body.get("deadline_ts"))
-    if deadline is not None:
-        attrs[Attr.CK_DEADLINE_TS] = deadline
+    if "checkpoint_id" in body:
+        ck = _text(body["checkpoint_id"])
+        if ck is not None:
+            attrs[Attr.CHECKPOINT_ID] = ck
+    if "deadline_ts" in body:
+        deadline = _number(body["deadline_ts"])
+        if deadline is not None:
+            attrs[Attr.CK_DEADLINE_TS] = deadline
     for key, attr in (("episode_ids", Attr.CK_EPISODES), ("rollout_ids", Attr.CK_ROLLOUTS)):
         value = body.get(key)
         if isinstance(value, list):
             attrs[attr] = len(value)
     # the first generation's abort_inflight / retire name one attempt
-    rollout = _text(body.get("rollout_id"))
-    attempt = _count(body.get("attempt_index"))
-    if rollout is not None:
-        attrs[Attr.EPISODE_ROLLOUT_ID] = rollout
-        if attempt is not None:
-            attrs[Attr.EPISODE_ATTEMPT] = attempt
+    if "rollout_id" in body:
+        rollout = _text(body["rollout_id"])
+        attempt = _count(body.get("attempt_index"))
+        if rollout is not None:
+            attrs[Attr.EPISODE_ROLLOUT_ID] = rollout
+            if attempt is not None:
+                attrs[Attr.EPISODE_ATTEMPT] = attempt
     return attrs
 
 
@@ -205,7 +213,7 @@ def capture_key(item: Any) -> str | None:
     """A blocker as a capture key: already one, or ``{rollout_id, attempt_index}``."""
     if isinstance(item, str):
         return item[:MAX_ID_CHARS] or None
-    if isinstance(item, Mapping):
+    if _is_mapping(item):
         rollout = _text(item.get("rollout_id"))
         attempt = _count(item.get("attempt_index", item.get("attempt")))
         if rollout is None:
@@ -227,11 +235,32 @@ def _blockers(attrs: dict[str, Any], items: Any, total: Any) -> None:
 
 
 def _counts(attrs: dict[str, Any], counts: Any) -> None:
-    if isinstance(counts, Mapping):
+    # most replies carry none of the counter keys at this level: one set test says so
+    if _is_mapping(counts) and not counts.keys().isdisjoint(_COUNT_KEYS):
         for key, attr in _COUNT_KEYS.items():
             value = _count(counts.get(key))
             if value is not None:
                 attrs[attr] = value
+
+
+def _kind(value: Any) -> str | None:
+    kind = _text(value)
+    return kind if kind in _KINDS else None
+
+
+# The top-level fields of a reply that map one-to-one onto an attribute, in attribute order;
+# of two fields for one attribute the first one present and valid wins (``phase``, then the
+# first generation's ``state``). Only the keys a body has are read.
+_REPLY_FIELDS: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
+    ("kind", Attr.CK_PARTICIPANT_KIND, _kind),
+    ("instance", Attr.CK_INSTANCE, _text),
+    ("phase", Attr.CK_PHASE, _text),
+    ("state", Attr.CK_PHASE, _text),
+    ("checkpoint_id", Attr.CHECKPOINT_ID, _text),
+    ("lease_expires_at", Attr.CK_LEASE_EXPIRES_AT, _number),
+    ("records", Attr.CK_RECORDS, _count),
+    ("bytes", Attr.CK_BYTES, _count),
+)
 
 
 def reply_attributes(body: Any) -> dict[str, Any]:
@@ -242,30 +271,16 @@ def reply_attributes(body: Any) -> dict[str, Any]:
     ``{state, ready_to_commit, running, parked_*, completed_unacknowledged,
     blocking_attempts[]}`` at the top level.
     """
-    if not isinstance(body, Mapping):
+    if not _is_mapping(body):
         return {}
     attrs: dict[str, Any] = {}
-    kind = _text(body.get("kind"))
-    if kind in _KINDS:
-        attrs[Attr.CK_PARTICIPANT_KIND] = kind
-    instance = _text(body.get("instance"))
-    if instance is not None:
-        attrs[Attr.CK_INSTANCE] = instance
-    phase = _text(body.get("phase")) or _text(body.get("state"))
-    if phase is not None:
-        attrs[Attr.CK_PHASE] = phase
-    ck = _text(body.get("checkpoint_id"))
-    if ck is not None:
-        attrs[Attr.CHECKPOINT_ID] = ck
-    lease = _number(body.get("lease_expires_at"))
-    if lease is not None:
-        attrs[Attr.CK_LEASE_EXPIRES_AT] = lease
-    for key, attr in (("records", Attr.CK_RECORDS), ("bytes", Attr.CK_BYTES)):
-        value = _count(body.get(key))
-        if value is not None:
-            attrs[attr] = value
+    for key, attr, read in _REPLY_FIELDS:
+        if key in body and attr not in attrs:
+            value = read(body[key])
+            if value is not None:
+                attrs[attr] = value
     report = body.get("report")
-    if isinstance(report, Mapping):
+    if _is_mapping(report):
         if isinstance(report.get("ready"), bool):
             attrs[Attr.CK_READY] = report["ready"]
         _blockers(attrs, report.get("blockers"), report.get("blocker_count"))
@@ -282,11 +297,11 @@ def acknowledged_receipts(body: Any) -> list[dict[str, Any]]:
     """``{"schema_version": 1, "executions": [AgentCompletionReceipt...]}`` -> one attribute
     set per receipt, for ``gym.agent.acknowledged`` events
     (docs/domain/checkpoint-protocol.md#the-first-generation)."""
-    if not isinstance(body, Mapping) or not isinstance(body.get("executions"), list):
+    if not _is_mapping(body) or not isinstance(body.get("executions"), list):
         return []
     receipts = []
     for receipt in body["executions"]:
-        key = capture_key(receipt) if isinstance(receipt, Mapping) else None
+        key = capture_key(receipt) if _is_mapping(receipt) else None
         if key is None:
             continue
         attempt = _count(receipt.get("attempt_index")) or 0

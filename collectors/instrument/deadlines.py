@@ -272,8 +272,8 @@ class Deadline:
     def _mark_open(self) -> None:
         """Still live after OPEN_MARKER_AFTER_S: show it in the live views."""
         self._marker = None
-        if self._span is None or self.outcome is not None:
-            return
+        if self._span is None or self.outcome is not None or not self._span.is_recording():
+            return  # ended, or a span that records nothing (sampled out, or no SDK)
         try:
             emit_open_marker(self._tracer, self._span)
         except Exception as exc:  # noqa: BLE001

@@ -12,13 +12,20 @@ fleet does into spans:
 - each probe result is an ``rl.gen_fleet.probe`` event, each reported failure an
   ``rl.gen_fleet.reported_failure`` event.
 
-The real class has no observer hook, so changes are found by diffing ``snapshot()``. The rule:
-one ``snapshot()`` per mutating call, read after the call and compared with the one read after
-the previous call. When every mutation goes through the wrapper (the controller keeps only the
-wrapper), that is exactly a before/after diff at half the cost; ``exclusive=False`` also reads a
-snapshot before each call, so changes made behind the wrapper's back are recorded too, with the
-trigger read from the edge. Readers (``snapshot``, ``serving_shards``, ``membership_epoch`` and
-anything else) pass straight through.
+The real class has no observer hook, so changes are found by diffing states. The rule: one
+read per mutating call, after the call, compared with the states seen after the previous call.
+When every mutation goes through the wrapper (the controller keeps only the wrapper), that is
+exactly a before/after diff at half the cost; ``exclusive=False`` also reads a ``snapshot()``
+before each call, so changes made behind the wrapper's back are recorded too, with the trigger
+read from the edge. Readers (``snapshot``, ``serving_shards``, ``membership_epoch`` and anything
+else) pass straight through.
+
+The read after a call is of the one shard the call names, when the fleet offers a one-shard read
+(``_FleetReader``): every mutator of the API takes the shard index first and changes only that
+shard (docs/domain/fleet-health.md#transitions), so a call that leaves its shard's state alone
+has moved nothing, and a whole ``snapshot()`` (one record copied per shard) is read only when it
+has moved. A call whose index is not a known shard, and a fleet without a one-shard read, read
+the whole snapshot as before.
 
 Events go on a short span, never on the long state spans: a shard can stay healthy for days
 and OTel keeps 128 events per span. Probes made inside ``with fleet.probe_tick():`` share one
@@ -53,6 +60,10 @@ TRACER_NAME = "rolloutscope.instrument.fleet"
 MUTATORS = ("record_probe", "report_failure", "report_success", "mark_restarting",
             "mark_loaded", "report_refit", "retire")
 _ROOT = Context()  # an empty context: state spans start their own trace
+# the mutators whose every call is itself an event (a probe result, a reported failure)
+_OBSERVATIONS = frozenset({"record_probe", "report_failure"})
+# how the real API and its look-alikes name the shard index argument
+_IDX_NAMES = ("idx", "dp_shard_idx", "shard", "shard_idx")
 _OP_TRIGGER = {
     "mark_restarting": ShardTrigger.RESTART, "mark_loaded": ShardTrigger.LOADED,
     "report_refit": ShardTrigger.REFIT, "retire": ShardTrigger.RETIRE,
@@ -88,17 +99,26 @@ def _describe(error: Any) -> str | None:
     return str(error)
 
 
-class _SnapshotShape:
-    """How to read shards out of whatever ``snapshot()`` returns, decided once.
+class _FleetReader:
+    """Everything the wrapper reads from the fleet object, in one place.
 
-    Accepted: an object with ``.shards`` (the project's ``FleetSnapshot``), a mapping with a
-    ``"shards"`` key, a mapping of shard index -> shard, or a plain sequence of shards; each
-    shard an object with ``ShardHealth``'s attribute names or a mapping with those keys.
+    ``read()`` is the whole fleet (``snapshot()`` and its shard records), ``field`` one field
+    of a record, ``epoch`` the membership epoch, and, where ``one_shard`` is true, ``row_of`` /
+    ``state_of`` one shard's record or state without copying the others. A fleet class that
+    spells these differently (a ``state_of(idx)`` method, say) needs only another reader.
+
+    Snapshots accepted: an object with ``.shards`` (the project's ``FleetSnapshot``), a mapping
+    with a ``"shards"`` key, a mapping of shard index -> shard, or a plain sequence of shards;
+    each shard an object with ``ShardHealth``'s attribute names or a mapping with those keys.
+    The one-shard read is a ``shard(idx)`` accessor, trusted only if, on the snapshot read at
+    wrap time, every shard sits at its own index and ``shard(idx)`` returns a record of the
+    snapshot's shape with the snapshot's state.
     """
 
-    __slots__ = ("rows", "field", "epoch")
+    __slots__ = ("_fleet", "rows", "field", "_epoch", "_shard", "one_shard")
 
-    def __init__(self, snapshot: Any) -> None:
+    def __init__(self, fleet: Any, snapshot: Any) -> None:
+        self._fleet = fleet
         if hasattr(snapshot, "shards"):
             self.rows: Callable[[Any], Sequence[Any]] = lambda s: s.shards
         elif isinstance(snapshot, Mapping) and "shards" in snapshot:
@@ -113,17 +133,56 @@ class _SnapshotShape:
             (lambda row, name: row.get(name)) if keyed
             else (lambda row, name: getattr(row, name, None)))
         if hasattr(snapshot, "membership_epoch"):
-            self.epoch: Callable[[Any], Any] | None = lambda s: s.membership_epoch
+            self._epoch: Callable[[Any], Any] | None = lambda s: s.membership_epoch
         elif isinstance(snapshot, Mapping) and "membership_epoch" in snapshot:
-            self.epoch = lambda s: s["membership_epoch"]
+            self._epoch = lambda s: s["membership_epoch"]
         else:
-            self.epoch = None
+            self._epoch = None
+        self._shard: Callable[[int], Any] | None = None
+        self.one_shard = False
+        accessor = getattr(fleet, "shard", None)
+        if callable(accessor) and rows:
+            self._shard = accessor
+            try:
+                self.one_shard = all(self._agrees(position, row, keyed)
+                                     for position, row in enumerate(rows))
+            except Exception:  # noqa: BLE001 - an accessor we cannot trust is not used
+                self.one_shard = False
+            if not self.one_shard:
+                self._shard = None
+
+    def _agrees(self, position: int, row: Any, keyed: bool) -> bool:
+        field = self.field
+        one = self._shard(position)
+        return (field(row, "dp_shard_idx") == position
+                and isinstance(one, Mapping) == keyed
+                and field(one, "dp_shard_idx") == position
+                and field(one, "state") == field(row, "state"))
+
+    def read(self) -> tuple[Any, Sequence[Any]]:
+        """The whole fleet: the snapshot and its shard records, in position order."""
+        snapshot = self._fleet.snapshot()
+        return snapshot, self.rows(snapshot)
+
+    def row_of(self, idx: int) -> Any:
+        """One shard's record, as the snapshot would hold it; only where ``one_shard``."""
+        return self._shard(idx)
+
+    def state_of(self, idx: int) -> Any:
+        """One shard's state; only where ``one_shard``."""
+        return self.field(self._shard(idx), "state")
+
+    def epoch(self, snapshot: Any) -> Any:
+        if self._epoch is not None:
+            return self._epoch(snapshot)
+        epoch = getattr(self._fleet, "membership_epoch", None)
+        return epoch() if callable(epoch) else epoch
 
 
 class ObservedFleetHealth:
     """A fleet-health object that records its state changes as spans; see the module rule."""
 
-    __slots__ = ("_fleet", "_tracer", "_exclusive", "_time_ns", "_attributes", "_shape",
+    __slots__ = ("_fleet", "_tracer", "_exclusive", "_time_ns", "_attributes", "_reader",
                  "_states", "_spans", "_tick", "failures")
 
     def __init__(self, fleet: Any, *, tracer: Tracer | None = None, exclusive: bool = True,
@@ -134,15 +193,13 @@ class ObservedFleetHealth:
         self._exclusive = exclusive
         self._time_ns = time_ns
         self._attributes = dict(attributes or {})
-        self._shape: _SnapshotShape | None = None
+        self._reader: _FleetReader | None = None
         self._states: tuple[Any, ...] = ()
         self._spans: list[Span] = []
         self._tick: Span | None = None
         self.failures = InstrumentFailures("fleet-health wrapper")
         try:
-            snapshot = fleet.snapshot()
-            self._shape = _SnapshotShape(snapshot)
-            self._sync(snapshot, "initial", (), {})
+            self._begin()
         except Exception as exc:  # noqa: BLE001 - never raise into the observed process
             self.failures.record(exc)
 
@@ -211,39 +268,79 @@ class ObservedFleetHealth:
         finally:
             self._observe(op, args, kwargs)
 
+    def _begin(self) -> None:
+        snapshot = self._fleet.snapshot()
+        reader = _FleetReader(self._fleet, snapshot)
+        self._transitions(snapshot, reader.rows(snapshot), reader, "initial", (), {}, None, 0)
+        self._reader = reader
+
     def _observe(self, op: str | None, args: tuple, kwargs: dict[str, Any]) -> None:
         try:
-            if self._shape is None:
-                snapshot = self._fleet.snapshot()
-                self._shape = _SnapshotShape(snapshot)
-                self._sync(snapshot, "initial", (), {})
+            reader = self._reader
+            if reader is None:
+                self._begin()
                 return
-            self._sync(self._fleet.snapshot(), op, args, kwargs)
+            if op is not None and reader.one_shard:
+                idx = args[0] if args else _argument(args, kwargs, 0, _IDX_NAMES)
+                if type(idx) is int and 0 <= idx < len(self._states):
+                    self._observe_one(reader, idx, op, args, kwargs)
+                    return
+            self._observe_all(reader, op, args, kwargs)
         except Exception as exc:  # noqa: BLE001 - never raise into the observed process
             self.failures.record(exc)
 
-    def _sync(self, snapshot: Any, op: str | None, args: tuple,
-              kwargs: dict[str, Any]) -> None:
-        shape = self._shape
-        rows = shape.rows(snapshot)
-        field = shape.field
-        states = tuple(field(row, "state") for row in rows)
+    def _observe_one(self, reader: _FleetReader, idx: int, op: str, args: tuple,
+                     kwargs: dict[str, Any]) -> None:
+        """After a call on shard ``idx``: read that shard alone, and the whole fleet only if
+        its state moved (the call changed nothing else; see the module rule)."""
         carrier: Span | None = None
         now = 0
-        if op == "record_probe" or op == "report_failure":
-            idx = _argument(args, kwargs, 0, ("idx", "dp_shard_idx", "shard", "shard_idx"))
-            row = self._row_for(rows, idx)
+        if op in _OBSERVATIONS:
+            row = reader.row_of(idx)
+            state = reader.field(row, "state")
+            now = self._time_ns()
+            carrier = self._carrier(op, idx, now)
+            carrier.add_event(*self._observation(reader, op, idx, row, args, kwargs),
+                              timestamp=now)
+        else:
+            state = reader.state_of(idx)
+        if state == self._states[idx]:  # the hot path: nothing moved
+            if carrier is not None and carrier is not self._tick:
+                carrier.end(end_time=now)
+            return
+        snapshot, rows = reader.read()
+        self._transitions(snapshot, rows, reader, op, args, kwargs, carrier, now)
+
+    def _observe_all(self, reader: _FleetReader, op: str | None, args: tuple,
+                     kwargs: dict[str, Any]) -> None:
+        """Read the whole fleet: the observation's event, then every state that moved."""
+        snapshot, rows = reader.read()
+        carrier: Span | None = None
+        now = 0
+        if op in _OBSERVATIONS:
+            idx = _argument(args, kwargs, 0, _IDX_NAMES)
+            row = self._row_for(reader, rows, idx)
             if row is not None:
                 now = self._time_ns()
                 carrier = self._carrier(op, idx, now)
-                carrier.add_event(*self._observation(op, idx, row, args, kwargs), timestamp=now)
-        if states == self._states:  # the hot path: nothing moved
+                carrier.add_event(*self._observation(reader, op, idx, row, args, kwargs),
+                                  timestamp=now)
+        self._transitions(snapshot, rows, reader, op, args, kwargs, carrier, now)
+
+    def _transitions(self, snapshot: Any, rows: Sequence[Any], reader: _FleetReader,
+                     op: str | None, args: tuple, kwargs: dict[str, Any],
+                     carrier: Span | None, now: int) -> None:
+        """Diff the states in ``rows`` against the last seen: end and open stays, and put a
+        transition event on ``carrier`` (made here if the observation made none)."""
+        field = reader.field
+        states = tuple(field(row, "state") for row in rows)
+        if states == self._states:
             if carrier is not None and carrier is not self._tick:
                 carrier.end(end_time=now)
             return
         if not now:
             now = self._time_ns()
-        epoch = self._epoch(snapshot)
+        epoch = reader.epoch(snapshot)
         ok = bool(_argument(args, kwargs, 1, ("ok",))) if op == "record_probe" else None
         for position, state in enumerate(states):
             previous = self._states[position] if position < len(self._states) else None
@@ -254,7 +351,7 @@ class ObservedFleetHealth:
             idx = position if idx is None else idx
             trigger = (ShardTrigger.INITIAL if previous is None
                        else _trigger(op, ok, previous, state, row, field))
-            attrs = self._state_attributes(idx, row, state, previous, trigger, epoch)
+            attrs = self._state_attributes(field, idx, row, state, previous, trigger, epoch)
             if previous is not None:
                 if carrier is None:
                     carrier = self._carrier(op or "unobserved", idx, now)
@@ -262,7 +359,8 @@ class ObservedFleetHealth:
                 self._spans[position].end(end_time=now)
             span = self._tracer.start_span(SpanName.SHARD_STATE, context=_ROOT,
                                            attributes=attrs, start_time=now)
-            emit_open_marker(self._tracer, span)
+            if span.is_recording():  # a sampled-out or no-op span has nothing to show
+                emit_open_marker(self._tracer, span)
             if position < len(self._spans):
                 self._spans[position] = span
             else:
@@ -281,18 +379,20 @@ class ObservedFleetHealth:
             attrs[Attr.SHARD_IDX] = idx
         return self._tracer.start_span(SpanName.FLEET_CALL, attributes=attrs, start_time=now)
 
-    def _row_for(self, rows: Sequence[Any], idx: Any) -> Any:
+    @staticmethod
+    def _row_for(reader: _FleetReader, rows: Sequence[Any], idx: Any) -> Any:
         if not isinstance(idx, int) or not 0 <= idx < len(rows):
             return None
         row = rows[idx]
-        at = self._shape.field(row, "dp_shard_idx")
+        at = reader.field(row, "dp_shard_idx")
         if at is None or at == idx:
             return row
-        return next((r for r in rows if self._shape.field(r, "dp_shard_idx") == idx), None)
+        return next((r for r in rows if reader.field(r, "dp_shard_idx") == idx), None)
 
-    def _observation(self, op: str, idx: int, row: Any, args: tuple,
+    @staticmethod
+    def _observation(reader: _FleetReader, op: str, idx: int, row: Any, args: tuple,
                      kwargs: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-        field = self._shape.field
+        field = reader.field
         attrs: dict[str, Any] = {Attr.SHARD_IDX: idx}
         url = field(row, "base_url")
         if url is not None:
@@ -313,15 +413,9 @@ class ObservedFleetHealth:
             attrs[Attr.FLEET_LAST_ERROR] = error
         return EventName.FLEET_REPORTED_FAILURE, attrs
 
-    def _epoch(self, snapshot: Any) -> Any:
-        if self._shape.epoch is not None:
-            return self._shape.epoch(snapshot)
-        epoch = getattr(self._fleet, "membership_epoch", None)
-        return epoch() if callable(epoch) else epoch
-
-    def _state_attributes(self, idx: Any, row: Any, state: Any, previous: Any,
-                          trigger: ShardTrigger, epoch: Any) -> dict[str, Any]:
-        field = self._shape.field
+    def _state_attributes(self, field: Callable[[Any, str], Any], idx: Any, row: Any,
+                          state: Any, previous: Any, trigger: ShardTrigger,
+                          epoch: Any) -> dict[str, Any]:
         attrs = dict(self._attributes)
         attrs[Attr.SHARD_IDX] = idx
         url = field(row, "base_url")

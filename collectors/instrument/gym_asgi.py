@@ -36,12 +36,15 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
 
 import orjson
+from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
+from opentelemetry.context import Context
 from opentelemetry.trace import Span, StatusCode, Tracer
 
 from rolloutscope.collectors.exporter import emit_open_marker
@@ -79,11 +82,12 @@ TRACER_NAME = "rolloutscope.instrument.gym"
 # receipts of ~200 bytes). Anything larger is not worth holding a copy of.
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 _SHARED_PREFIX = "/ng-"  # the one test every request pays
-_TRACE_HEADERS = (b"traceparent", b"tracestate")
+_TRACE_HEADERS = frozenset((b"traceparent", b"tracestate"))
 
 
 
 ACK_EVENTS_PER_SPAN = 128  # the OTel SDK default OTEL_SPAN_EVENT_COUNT_LIMIT
+_OK, _ERROR = OpOutcome.OK.value, OpOutcome.ERROR.value  # an enum's .value is a descriptor call
 
 class _Body:
     """A bounded copy of one body; gives up (and frees the copy) past the cap."""
@@ -134,8 +138,8 @@ def _is_json(headers: Any, limit: int) -> bool:
 class _Exchange:
     """One observed request/response: status, bounded body copies, when it ended."""
 
-    __slots__ = ("request", "response", "status", "end_ns", "on_request_complete", "marker",
-                 "recorded")
+    __slots__ = ("request", "response", "status", "end_ns", "on_request_complete", "recorded",
+                 "parent", "span")
 
     def __init__(self, limit: int, copy_request: bool) -> None:
         self.request = _Body(limit) if copy_request else None
@@ -143,8 +147,50 @@ class _Exchange:
         self.status: int | None = None
         self.end_ns = 0
         self.on_request_complete: Callable[[], None] | None = None
-        self.marker: asyncio.TimerHandle | None = None
         self.recorded = False
+        self.parent: Context | None = None  # the span's parent, read when the request arrived
+        self.span: Span | None = None  # made once the operation ends, or is shown open
+
+
+class _OpenMarkers:
+    """When running control operations are shown open, on one event loop.
+
+    Every operation is due the same delay after its request body, so the earliest due is that
+    of the oldest operation still running: one loop timer, armed for it, serves them all. An
+    operation leaves the table when it ends (nearly all end long before they are due), which
+    costs less than arming and cancelling a timer for each request, and holds nothing of an
+    operation that has ended.
+    """
+
+    __slots__ = ("loop", "_delay", "_show", "_running", "_timer")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, delay: float,
+                 show: Callable[..., None]) -> None:
+        self.loop = loop
+        self._delay = delay
+        self._show = show
+        self._running: dict[_Exchange, tuple[float, tuple[Any, ...]]] = {}  # arrival order
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, exchange: _Exchange, operation: tuple[Any, ...]) -> None:
+        """``show(exchange, *operation)`` once due, unless ``discard``ed first."""
+        when = self.loop.time() + self._delay
+        self._running[exchange] = (when, operation)
+        if self._timer is None:
+            self._timer = self.loop.call_at(when, self._fire)
+
+    def discard(self, exchange: _Exchange) -> None:
+        self._running.pop(exchange, None)
+
+    def _fire(self) -> None:
+        self._timer = None
+        now = self.loop.time()
+        for exchange, (when, operation) in list(self._running.items()):
+            if when > now:  # the rest arrived later still
+                self._timer = self.loop.call_at(when, self._fire)
+                return
+            del self._running[exchange]
+            self._show(exchange, *operation)
 
 
 class GymCheckpointMiddleware:
@@ -162,6 +208,7 @@ class GymCheckpointMiddleware:
         self._learned: dict[str, Any] = {}  # kind/instance a reply told us about this server
         self._limit = max_body_bytes
         self._open_after_s = open_marker_after_s
+        self._markers: _OpenMarkers | None = None
         self._time_ns = time_ns
         self.failures = InstrumentFailures("Gym checkpoint middleware")
 
@@ -182,9 +229,17 @@ class GymCheckpointMiddleware:
                        send: Send) -> None:
         start = self._time_ns()
         exchange = _Exchange(self._limit, copy_request=True)
-        span = self._start(route, scope, start)
-        if span is not None and route.is_operation:
-            exchange.on_request_complete = lambda: self._schedule_marker(span, exchange)
+        # The span is made when the operation ends (or once it has run long enough to be shown
+        # open), from the start time and parent read now: one pass of the SDK over its
+        # attributes instead of two, and no SDK work before the app sees the request.
+        try:
+            exchange.parent = self._parent(scope)
+        except Exception as exc:  # noqa: BLE001 - never raise into the server
+            self.failures.record(exc)
+            exchange.recorded = True  # nothing to record it under
+        if route.is_operation and not exchange.recorded:
+            exchange.on_request_complete = lambda: self._schedule_marker(
+                route, scope, exchange, start)
 
         async def observed_receive() -> Message:
             message = await receive()
@@ -200,7 +255,7 @@ class GymCheckpointMiddleware:
                 if exchange.end_ns:
                     # recorded before the last chunk leaves: a caller holding the whole reply
                     # knows its span has ended (and the first byte was never waited on)
-                    self._end_control(route, scope, span, exchange, None)
+                    self._end_control(route, scope, exchange, start, None)
             except Exception as exc:  # noqa: BLE001
                 self.failures.record(exc)
             await send(message)
@@ -212,18 +267,12 @@ class GymCheckpointMiddleware:
             raised = exc
             raise
         finally:
-            self._end_control(route, scope, span, exchange, raised)
+            self._end_control(route, scope, exchange, start, raised)
 
-    def _start(self, route: ControlRoute, scope: Scope, start: int) -> Span | None:
-        try:
-            attrs: dict[str, Any] = {Attr.CK_OPERATION: route.op, Attr.HTTP_ROUTE: route.path,
-                                     Attr.HTTP_METHOD: scope.get("method", "")}
-            attrs.update(self._identity(route))
-            return self._tracer.start_span(route.span_name, context=self._parent(scope),
-                                           attributes=attrs, start_time=start)
-        except Exception as exc:  # noqa: BLE001
-            self.failures.record(exc)
-            return None
+    @staticmethod
+    def _route_attributes(route: ControlRoute, method: str) -> dict[str, Any]:
+        return {Attr.CK_OPERATION: route.op, Attr.HTTP_ROUTE: route.path,
+                Attr.HTTP_METHOD: method}
 
     def _identity(self, route: ControlRoute) -> dict[str, Any]:
         attrs: dict[str, Any] = {}
@@ -237,14 +286,19 @@ class GymCheckpointMiddleware:
         return attrs
 
     @staticmethod
-    def _parent(scope: Scope) -> Any:
+    def _parent(scope: Scope) -> Context:
         """The current span (an outer OTel server middleware's), else the caller's
         ``traceparent``: control calls carry the coordinator's trace context."""
-        if trace.get_current_span().get_span_context().is_valid:
-            return None
-        carrier = {name.decode("latin-1"): value.decode("latin-1")
-                   for name, value in scope.get("headers", ()) if name in _TRACE_HEADERS}
-        return propagate.extract(carrier) if carrier else None
+        current = otel_context.get_current()
+        if trace.get_current_span(current).get_span_context().is_valid:
+            return current
+        carrier: dict[str, str] | None = None
+        for name, value in scope.get("headers", ()):
+            if name in _TRACE_HEADERS:
+                if carrier is None:
+                    carrier = {}
+                carrier[name.decode("latin-1")] = value.decode("latin-1")
+        return propagate.extract(carrier) if carrier else current
 
     def _on_request(self, exchange: _Exchange, message: Message) -> None:
         if message.get("type") != "http.request" or exchange.request is None:
@@ -268,36 +322,51 @@ class GymCheckpointMiddleware:
             if not more:
                 exchange.end_ns = self._time_ns()
 
-    def _schedule_marker(self, span: Span, exchange: _Exchange) -> None:
+    def _schedule_marker(self, route: ControlRoute, scope: Scope, exchange: _Exchange,
+                         start: int) -> None:
         """The request body is in: if the operation is still running OPEN_MARKER_AFTER_S from
         now (a prepare waiting for readiness), show it in the live views."""
-        exchange.marker = asyncio.get_running_loop().call_later(
-            self._open_after_s, self._mark_open, span, exchange)
+        loop = asyncio.get_running_loop()
+        markers = self._markers
+        if markers is None or markers.loop is not loop:
+            # one queue per loop; one made for another loop keeps serving what it holds
+            markers = self._markers = _OpenMarkers(loop, self._open_after_s, self._mark_open)
+        markers.add(exchange, (route, scope.get("method", ""), start))
 
-    def _mark_open(self, span: Span, exchange: _Exchange) -> None:
-        exchange.marker = None
+    def _mark_open(self, exchange: _Exchange, route: ControlRoute, method: str,
+                   start: int) -> None:
+        if exchange.recorded:  # ended, though queued on another loop's table
+            return
         try:
             body = exchange.request.json() if exchange.request is not None else None
-            span.set_attributes(request_attributes(body))
-            emit_open_marker(self._tracer, span)
+            attrs = self._route_attributes(route, method)
+            attrs.update(self._identity(route))
+            attrs.update(request_attributes(body))
+            exchange.span = self._tracer.start_span(route.span_name, context=exchange.parent,
+                                                    attributes=attrs, start_time=start)
+            if exchange.span.is_recording():  # sampled out, or no SDK: nothing to show
+                emit_open_marker(self._tracer, exchange.span)
         except Exception as exc:  # noqa: BLE001
             self.failures.record(exc)
+            if exchange.span is None:
+                exchange.recorded = True  # the SDK refused the span; the end would try again
 
-    def _end_control(self, route: ControlRoute, scope: Scope, span: Span | None,
-                     exchange: _Exchange, raised: BaseException | None) -> None:
+    def _end_control(self, route: ControlRoute, scope: Scope, exchange: _Exchange, start: int,
+                     raised: BaseException | None) -> None:
         if exchange.recorded:
             return
         exchange.recorded = True
-        if exchange.marker is not None:
-            exchange.marker.cancel()
-        if span is None:
-            return
+        markers = self._markers
+        if markers is not None:
+            markers.discard(exchange)
         try:
             request = exchange.request.json() if exchange.request is not None else None
             reply = exchange.response.json() if exchange.response is not None else None
+            parent = exchange.parent
             attrs = request_attributes(request)
             if Attr.CHECKPOINT_ID not in attrs:  # first generation's GET status?checkpoint_id=
-                query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+                query_string = scope.get("query_string", b"")
+                query = parse_qs(query_string.decode("latin-1")) if query_string else {}
                 if query.get("checkpoint_id"):
                     attrs[Attr.CHECKPOINT_ID] = query["checkpoint_id"][0][:256]
             learned = reply_attributes(reply)
@@ -307,18 +376,29 @@ class GymCheckpointMiddleware:
             attrs.update(self._identity(route))
             status = exchange.status
             ok = raised is None and status is not None and 200 <= status < 300
-            attrs[Attr.CK_OUTCOME] = (OpOutcome.OK if ok else OpOutcome.ERROR).value
+            attrs[Attr.CK_OUTCOME] = _OK if ok else _ERROR
             if status is not None:
                 attrs[Attr.HTTP_STATUS] = status
             end = exchange.end_ns or self._time_ns()
-            error = protocol_error(reply)
-            if error is not None and not ok:
+            error = protocol_error(reply) if not ok else None
+            if error is not None:
+                attrs[Attr.CK_CODE] = error[0]
+            elif raised is not None:
+                attrs[Attr.ERROR_TYPE] = type(raised).__name__
+            span = exchange.span
+            if span is None:
+                span = self._tracer.start_span(
+                    route.span_name, context=parent,
+                    attributes={**self._route_attributes(route, scope.get("method", "")),
+                                **attrs},
+                    start_time=start)
+            else:  # shown open while it ran
+                span.set_attributes(attrs)
+            if error is not None:
                 code, detail = error
-                attrs[Attr.CK_CODE] = code
                 span.add_event(EventName.CK_REFUSED, _refusal(code, detail, {}), timestamp=end)
                 span.set_status(StatusCode.ERROR, detail or code)
             elif raised is not None:
-                attrs[Attr.ERROR_TYPE] = type(raised).__name__
                 span.set_status(StatusCode.ERROR, str(raised)[:512])
             elif not ok:
                 span.set_status(StatusCode.ERROR, f"HTTP {status}")
@@ -326,17 +406,17 @@ class GymCheckpointMiddleware:
                 else []
             for receipt in receipts[:ACK_EVENTS_PER_SPAN]:
                 span.add_event(EventName.AGENT_ACKNOWLEDGED, receipt, timestamp=end)
-            span.set_attributes(attrs)
             span.end(end_time=end)
             # the SDK keeps 128 events a span and drops the rest silently; a batch of up to
             # 4096 receipts continues on zero-length child spans of the same name
-            ctx = trace.set_span_in_context(span)
-            for at in range(ACK_EVENTS_PER_SPAN, len(receipts), ACK_EVENTS_PER_SPAN):
-                more = self._tracer.start_span(route.span_name, context=ctx, attributes=attrs,
-                                               start_time=end)
-                for receipt in receipts[at:at + ACK_EVENTS_PER_SPAN]:
-                    more.add_event(EventName.AGENT_ACKNOWLEDGED, receipt, timestamp=end)
-                more.end(end_time=end)
+            if len(receipts) > ACK_EVENTS_PER_SPAN:
+                ctx = trace.set_span_in_context(span)
+                for at in range(ACK_EVENTS_PER_SPAN, len(receipts), ACK_EVENTS_PER_SPAN):
+                    more = self._tracer.start_span(route.span_name, context=ctx,
+                                                   attributes=attrs, start_time=end)
+                    for receipt in receipts[at:at + ACK_EVENTS_PER_SPAN]:
+                        more.add_event(EventName.AGENT_ACKNOWLEDGED, receipt, timestamp=end)
+                    more.end(end_time=end)
         except Exception as exc:  # noqa: BLE001
             self.failures.record(exc)
 

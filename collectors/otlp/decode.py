@@ -55,6 +55,7 @@ class Decoded:
     accepted: int = 0
     rejected: int = 0
     problems: list[str] = field(default_factory=list)
+    nbytes: int = 0  # the body's size: what the writer's group commit counts it as
 
     def reject(self, what: str, why: str) -> None:
         self.rejected += 1

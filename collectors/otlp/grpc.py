@@ -21,7 +21,12 @@ from rolloutscope.collectors.otlp.errors import (
     BadRequestError,
     UnavailableError,
 )
-from rolloutscope.collectors.otlp.receiver import ExportResult, OtlpReceiver, fingerprint
+from rolloutscope.collectors.otlp.receiver import (
+    Arrival,
+    ExportResult,
+    OtlpReceiver,
+    fingerprint,
+)
 from rolloutscope.collectors.otlp.signals import Signal
 
 RETRY_INFO_KEY = "google.rpc.retryinfo-bin"
@@ -70,9 +75,10 @@ class OtlpGrpcHandlers:
                 f"{self.max_concurrent}); retry",
                 trailing_metadata=_retry_trailers(self.budget.retry_after_s))
         self.active += 1
+        arrival = self.receiver.arrive()
         try:
             with self.budget.hold() as held:
-                result = await self._export(signal, requests, held)
+                result = await self._export(signal, requests, held, arrival)
         except BadRequestError as exc:
             counters.problems[exc.problem] += 1
             counters.requests[("grpc", "INVALID_ARGUMENT")] += 1
@@ -87,6 +93,7 @@ class OtlpGrpcHandlers:
                                 trailing_metadata=_retry_trailers(exc.retry_after_s))
         finally:
             self.active -= 1
+            arrival.done()
         counters.requests[("grpc", "OK")] += 1
         response = signal.response_type()
         if result.rejected or result.message:
@@ -94,7 +101,8 @@ class OtlpGrpcHandlers:
             response.partial_success.error_message = result.message
         return response.SerializeToString()
 
-    async def _export(self, signal: Signal, requests, held: Held) -> ExportResult:
+    async def _export(self, signal: Signal, requests, held: Held,
+                      arrival: Arrival) -> ExportResult:
         body = b""
         async for body in requests:  # a unary call: exactly one message
             break
@@ -105,7 +113,7 @@ class OtlpGrpcHandlers:
         decoded = self.receiver.decode(signal, body, PROTOBUF)
         del body  # only the rows wait for the commit
         held.release(size)
-        return await self.receiver.commit(signal, decoded, fingerprint=sent)
+        return await self.receiver.commit(signal, decoded, fingerprint=sent, arrival=arrival)
 
 
 class BearerTokenInterceptor(grpc.aio.ServerInterceptor):

@@ -29,7 +29,12 @@ from rolloutscope.collectors.otlp.errors import (
     UnavailableError,
     UnsupportedMediaError,
 )
-from rolloutscope.collectors.otlp.receiver import ExportResult, OtlpReceiver, fingerprint
+from rolloutscope.collectors.otlp.receiver import (
+    Arrival,
+    ExportResult,
+    OtlpReceiver,
+    fingerprint,
+)
 from rolloutscope.collectors.otlp.signals import Signal
 
 CONTENT_TYPES = {"application/x-protobuf": PROTOBUF, "application/protobuf": PROTOBUF,
@@ -183,10 +188,11 @@ class OtlpHttpRoutes:
     async def handle(self, signal: Signal, request: web.Request) -> web.Response:
         counters = self.receiver.counters
         encoding = JSON
+        arrival = self.receiver.arrive()
         with self.budget.hold() as held:
             try:
                 encoding = _encoding_of(request)
-                result = await self._export(signal, request, encoding, held)
+                result = await self._export(signal, request, encoding, held, arrival)
             except BadRequestError as exc:
                 counters.requests[("http", f"{exc.status}")] += 1
                 counters.problems[exc.problem] += 1
@@ -203,11 +209,13 @@ class OtlpHttpRoutes:
                 # the sender went away mid-request: nobody to answer, nothing to log
                 counters.requests[("http", "sender_gone")] += 1
                 return web.Response(status=499)
+            finally:
+                arrival.done()
         counters.requests[("http", "200")] += 1
         return _success(signal, encoding, result)
 
     async def _export(self, signal: Signal, request: web.Request, encoding: str,
-                      held: Held) -> ExportResult:
+                      held: Held, arrival: Arrival) -> ExportResult:
         limits = self.receiver.limits
         coding = request.headers.get("Content-Encoding", "")
         declared = request.content_length
@@ -228,4 +236,4 @@ class OtlpHttpRoutes:
         # the body and the parsed message are gone; only the rows wait for the commit
         del raw, body
         held.release(held.bytes - rows)
-        return await self.receiver.commit(signal, decoded, fingerprint=sent)
+        return await self.receiver.commit(signal, decoded, fingerprint=sent, arrival=arrival)

@@ -20,8 +20,14 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from rolloutscope.collectors.otlp import fastdecode
 from rolloutscope.collectors.otlp.counters import CollectorCounters
-from rolloutscope.collectors.otlp.decode import Decoded, decode_request, parse_request
+from rolloutscope.collectors.otlp.decode import (
+    PROTOBUF,
+    Decoded,
+    decode_request,
+    parse_request,
+)
 from rolloutscope.collectors.otlp.errors import (
     BackpressureError,
     BadRequestError,
@@ -34,7 +40,8 @@ from rolloutscope.store.rows import RowBatch
 
 log = logging.getLogger(__name__)
 
-Enqueue = Callable[[RowBatch], Awaitable[None]]
+# enqueue(batch, nbytes=..., submitted=...): ``submitted`` is called once the writer has the batch
+Enqueue = Callable[..., Awaitable[None]]
 _REMEMBERED_REFUSALS = 8_192  # fingerprints of bodies refused for backpressure
 
 
@@ -43,6 +50,24 @@ class ExportResult:
     accepted: int
     rejected: int
     message: str  # the partial-success error message; empty when nothing was rejected
+
+
+class Arrival:
+    """One request between its arrival and the hand-over of its rows to the writer (or its
+    end): while any is open, the writer waits for it to join the group commit."""
+
+    __slots__ = ("_receiver", "_open")
+
+    def __init__(self, receiver: OtlpReceiver) -> None:
+        self._receiver = receiver
+        self._open = True
+        receiver.arriving += 1
+
+    def done(self) -> None:
+        if self._open:
+            self._open = False
+            self._receiver.arriving -= 1
+            self._receiver.on_arrived()
 
 
 class OtlpReceiver:
@@ -56,13 +81,26 @@ class OtlpReceiver:
         self._enqueue = enqueue
         self.limits = limits
         self.counters = counters
+        self.arriving = 0  # requests read or decoded, not yet handed to the writer (``Arrival``)
+        self.on_arrived: Callable[[], None] = lambda: None
         # A stock exporter retries with the identical body, so a body refused for
         # backpressure and later accepted is a retry: its items count as retried.
         self._refused: OrderedDict[tuple[int, int], None] = OrderedDict()
 
+    def arrive(self) -> Arrival:
+        """Count a request from its arrival; ``commit`` (or the transport, at the end) closes
+        it."""
+        return Arrival(self)
+
     def decode(self, signal: Signal, body: bytes, encoding: str) -> Decoded:
         """Rows of a (decompressed) body. The transport counts ``BadRequestError.problem``;
-        this counts items."""
+        this counts items. A protobuf trace body goes to the compiled decoder first; what
+        it declines (anything to reject or coerce, see ``fastdecode``) the reference decodes."""
+        if signal is Signal.TRACES and encoding == PROTOBUF:
+            fast = fastdecode.decode_traces(body, self.limits)
+            if fast is not None:
+                fast.nbytes = len(body)
+                return fast
         try:
             decoded: Decoded = decode_request(signal, parse_request(signal, body, encoding),
                                               self.limits)
@@ -74,20 +112,27 @@ class OtlpReceiver:
             self.counters.problems["invalid_items"] += 1
         if decoded.batch.coerced:
             self.counters.problems["coerced_values"] += 1
+        decoded.nbytes = len(body)
         return decoded
 
     async def commit(self, signal: Signal, decoded: Decoded, *,
-                     fingerprint: tuple[int, int] | None = None) -> ExportResult:
+                     fingerprint: tuple[int, int] | None = None,
+                     arrival: Arrival | None = None) -> ExportResult:
         """Commit the decoded rows; returns once they are in the file."""
-        if decoded.accepted:
+        done = arrival.done if arrival is not None else _nothing
+        if not decoded.accepted:
+            done()
+        else:
             try:
-                await self._enqueue(decoded.batch)
+                await self._enqueue(decoded.batch, nbytes=decoded.nbytes, submitted=done)
             except BackpressureError:
+                done()
                 self.counters.rejected_backpressure[signal] += decoded.accepted
                 if fingerprint is not None:
                     self._remember_refusal(fingerprint)
                 raise
             except BadRequestError:  # the rows could not be stored: the data's fault
+                done()
                 self.counters.rejected_invalid[signal] += decoded.accepted
                 raise
             self.counters.accepted[signal] += decoded.accepted
@@ -107,6 +152,10 @@ class OtlpReceiver:
         self._refused.move_to_end(fingerprint)
         while len(self._refused) > _REMEMBERED_REFUSALS:
             self._refused.popitem(last=False)
+
+
+def _nothing() -> None:
+    pass
 
 
 def fingerprint(body: bytes) -> tuple[int, int]:
@@ -140,17 +189,19 @@ class CommitQueue:
                                         name="rolloutscope-commit-waiter", daemon=True)
         self._thread.start()
 
-    async def enqueue(self, batch: RowBatch) -> None:
+    async def enqueue(self, batch: RowBatch, *, nbytes: int | None = None,
+                      submitted: Callable[[], None] = _nothing) -> None:
         if self._closing:
             raise UnavailableError("collector is shutting down", self.retry_after_s)
         try:
-            commit = self._writer.submit(batch, block=False)
+            commit = self._writer.submit(batch, block=False, nbytes=nbytes)
         except QueueFullError as exc:
             raise BackpressureError(f"collector is at capacity ({exc})",
                                     self.retry_after_s) from None
         except StoreError as exc:
             raise UnavailableError(f"store cannot accept data: {exc}",
                                    self.retry_after_s) from None
+        submitted()
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self._pending.put((commit, loop, future))

@@ -20,6 +20,7 @@ from rolloutscope.errors import InputError
 COMMAND_MODULES: tuple[str, ...] = (
     "rolloutscope.cli.runs",
     "rolloutscope.cli.serve",
+    "rolloutscope.cli.lake",
     "rolloutscope.cli.imports",
     "rolloutscope.cli.dashboard",
     "rolloutscope.cli.scenario",

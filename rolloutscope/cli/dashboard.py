@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from rolloutscope.cli.stores import STORE_HELP, store_arg
 from rolloutscope.dashboard.defaults import DEFAULT_ADDRESS, DEFAULT_PORT
 
 
@@ -41,7 +42,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("dashboard", help="read-only dashboard over a finished run")
-    p.add_argument("run", help="run store (.duckdb file or run directory)")
+    p.add_argument("run", type=store_arg, help=STORE_HELP)
     p.add_argument("--port", type=_port, default=DEFAULT_PORT,
                    help=f"port to serve on (default {DEFAULT_PORT}; 0 picks a free one)")
     p.add_argument("--address", default=DEFAULT_ADDRESS,

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rolloutscope.cli import UsageError
+from rolloutscope.cli.stores import STORE_HELP, store_arg
 from rolloutscope.collectors.importers.files import KINDS
 
 
@@ -59,7 +60,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "line. Bad lines are counted and reported, never fatal.")
     imp.add_argument("kind", choices=KINDS, metavar="KIND", help=" | ".join(KINDS))
     imp.add_argument("files", nargs="+", metavar="FILE", help="files, read in the order given")
-    imp.add_argument("--db", required=True, help="run store to write (.duckdb file or run dir)")
+    imp.add_argument("--db", required=True, type=store_arg,
+                     help="run store to write: " + STORE_HELP)
     imp.add_argument("--run-id", help="run to write (default: the store's only run, else the "
                                       "first file's name; otlp-json: for records without "
                                       "nemo.run.id)")

@@ -11,6 +11,8 @@ import argparse
 from pathlib import Path
 
 from rolloutscope.cli import UsageError
+from rolloutscope.cli.stores import store_arg
+from rolloutscope.store.lake import is_lake
 from rolloutscope.replay.errors import ReplayError
 
 VARIANT_HELP = ("turn a fix on (repeatable): pause-deadlines-during-snapshot, "
@@ -53,8 +55,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from rolloutscope.replay import compare
     from rolloutscope.replay.replayer import capture_from_store, replay_run
 
-    src, out = Path(args.run), Path(args.out)
-    if src.resolve() == out.resolve():
+    src, out = args.run, args.out
+    if str(src) == str(out) or (isinstance(src, Path) and isinstance(out, Path)
+                                and src.resolve() == out.resolve()):
         raise UsageError("--out must be another file than the captured run")
     backend = _backend_factory(args)
     try:
@@ -97,8 +100,8 @@ def _load_scenario(target: str, run_id: str | None):
     from rolloutscope.replay.scenario import Scenario
 
     path = Path(target)
-    if path.suffix == ".duckdb" or path.is_dir():
-        with RunStore(path, read_only=True) as store:
+    if path.suffix == ".duckdb" or path.is_dir() or is_lake(target):
+        with RunStore(target if is_lake(target) else path, read_only=True) as store:
             return extract_scenario(store, run_id).scenario
     if path.suffix == ".json":
         text = path.read_text(encoding="utf-8")
@@ -133,7 +136,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     rp = sub.add_parser("replay", help="re-execute a captured run (or one incident) and diff it")
-    rp.add_argument("run", help="the captured run store (.duckdb file or run directory)")
+    rp.add_argument("run", type=store_arg,
+                    help="the captured run store (.duckdb file, run directory or lake)")
     rp.add_argument("--run-id", help="which run of the store (needed if it holds several)")
     rp.add_argument("--incident", metavar="ID",
                     help="replay a window around this incident (ids: rolloutscope incidents)")
@@ -148,7 +152,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     rp.add_argument("--no-reference-comparison", action="store_true",
                     help="with plugged participants, skip replaying the reference models to "
                          "report where the runs part")
-    rp.add_argument("--out", required=True, help="run store to write the replay into")
+    rp.add_argument("--out", required=True, type=store_arg,
+                    help="run store to write the replay into (a file or a lake)")
     rp.add_argument("--report", metavar="PATH", help="write a comparison report (.md or .html)")
     rp.add_argument("--no-determinism-check", action="store_true",
                     help="skip the second run that checks the replay is deterministic")

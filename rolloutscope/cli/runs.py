@@ -6,6 +6,7 @@ import argparse
 from datetime import UTC, datetime
 
 from rolloutscope.cli import UsageError
+from rolloutscope.cli.stores import STORE_HELP, store_arg
 from rolloutscope.vocabulary import IncidentKind
 
 
@@ -180,11 +181,11 @@ def _int(value: object) -> int | None:
 
 def register(sub: argparse._SubParsersAction) -> None:
     info = sub.add_parser("info", help="summarise a run store: runs, span counts, time range")
-    info.add_argument("run", help="run store (.duckdb file or run directory)")
+    info.add_argument("run", type=store_arg, help=STORE_HELP)
     info.set_defaults(handler=cmd_info)
 
     inc = sub.add_parser("incidents", help="list the incidents detected in a run store")
-    inc.add_argument("run", help="run store (.duckdb file or run directory)")
+    inc.add_argument("run", type=store_arg, help=STORE_HELP)
     inc.add_argument("--json", action="store_true", help="print a JSON array of incident rows")
     inc.add_argument("--kind", action="append", default=[], metavar="KIND",
                      help="only this kind (repeatable): " + ", ".join(INCIDENT_KINDS))

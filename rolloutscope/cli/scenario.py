@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from rolloutscope.cli import UsageError
+from rolloutscope.cli.stores import STORE_HELP, store_arg
 from rolloutscope.replay.errors import ReplayError
 
 
@@ -53,7 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     lst.set_defaults(handler=cmd_list)
     run = ssub.add_parser("run", help="replay a built-in scenario into a run store")
     run.add_argument("name", help="scenario name (see `rolloutscope scenario list`)")
-    run.add_argument("--db", required=True, help="run store (.duckdb file or run directory)")
+    run.add_argument("--db", required=True, type=store_arg, help=STORE_HELP)
     run.add_argument("--variant", action="append", metavar="V",
                      help="turn a fix on (repeatable): pause-deadlines-during-snapshot, "
                           "counted-deadline-holders, retire-then-adopt, "

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from rolloutscope.cli import UsageError
+from rolloutscope.cli.stores import STORE_HELP, add_data_path, store_arg, with_data_path
 from rolloutscope.collectors.otlp.connections import RateLimitedLog, RateLimitFilter
 from rolloutscope.collectors.otlp.limits import MiB, DecodeLimits
 from rolloutscope.collectors.query import QueryLimits
@@ -44,7 +45,7 @@ def read_token(path: str | None) -> str | None:
 def config_from_args(args: argparse.Namespace) -> CollectorConfig:
     try:
         return CollectorConfig(
-            db_path=Path(args.db), host=args.host, http_port=args.otlp_http_port,
+            db_path=with_data_path(args.db, args), host=args.host, http_port=args.otlp_http_port,
             grpc_port=args.otlp_grpc_port, token=read_token(args.token_file),
             limits=DecodeLimits(max_body_bytes=int(args.max_body_mib * MiB),
                                 max_decoded_bytes=int(args.max_decoded_mib * MiB),
@@ -58,7 +59,7 @@ def config_from_args(args: argparse.Namespace) -> CollectorConfig:
             max_inflight_bytes=int(args.max_inflight_mib * MiB),
             max_connections=args.max_connections, header_timeout_s=args.header_timeout_s,
             body_timeout_s=args.body_timeout_s, store_memory_mib=args.store_memory_mib)
-    except (BindRefusedError, ValueError) as exc:
+    except (BindRefusedError, ValueError, argparse.ArgumentTypeError) as exc:
         raise UsageError(str(exc)) from None
 
 
@@ -78,7 +79,29 @@ def _rate_limited_loop_errors(loop: asyncio.AbstractEventLoop) -> None:
     loop.set_exception_handler(report)
 
 
-async def _serve(config: CollectorConfig, *, dashboard_port: int | None) -> None:
+def _start_upkeep(service: CollectorService, upkeep: dict | None) -> None:
+    """Retention and compaction beside the writer, stopped before the store closes."""
+    if upkeep is None:
+        return
+    from rolloutscope.store.lake_ops import Maintenance
+
+    maintenance = Maintenance(service.store, **upkeep)
+    service.join(maintenance.stop)
+
+
+def _upkeep_of(args: argparse.Namespace) -> dict | None:
+    if args.every_s is None:
+        if args.retain_hours is not None:
+            raise UsageError("--retain-hours needs --maintain-every-s (how often to apply it)")
+        return None
+    if args.every_s <= 0:
+        raise UsageError("--maintain-every-s must be positive")
+    return {"every_s": args.every_s, "keep_snapshots_s": args.keep_snapshots_hours * 3600.0,
+            "retain_s": None if args.retain_hours is None else args.retain_hours * 3600.0}
+
+
+async def _serve(config: CollectorConfig, *, dashboard_port: int | None,
+                 upkeep: dict | None = None) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -87,6 +110,7 @@ async def _serve(config: CollectorConfig, *, dashboard_port: int | None) -> None
     service = CollectorService(config)
 
     async def ready(endpoints: Endpoints) -> None:
+        _start_upkeep(service, upkeep)
         # one machine-readable line; tests and scripts wait for it
         print(f"{READY_PREFIX}http={endpoints.http} grpc={endpoints.grpc} db={config.db_path}",
               flush=True)
@@ -125,7 +149,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         handler.addFilter(RateLimitFilter())
     try:
         asyncio.run(_serve(config, dashboard_port=None if args.no_dashboard
-                           else args.dashboard_port))
+                           else args.dashboard_port, upkeep=_upkeep_of(args)))
     except OSError as exc:
         raise UsageError(f"cannot listen on {config.host}: {exc}") from None
     return 0
@@ -140,7 +164,15 @@ def _port(text: str) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="collect OTLP traces, metrics and logs into a run store")
-    p.add_argument("--db", required=True, help="run store file (created if missing)")
+    p.add_argument("--db", required=True, type=store_arg,
+                   help=STORE_HELP + "; created if missing. Many serve processes may write "
+                        "one lake at once")
+    add_data_path(p)
+    from rolloutscope.cli.lake import add_upkeep_options
+
+    add_upkeep_options(p, every_help="retention and lake compaction every S seconds in a "
+                                     "background thread (default: never; or run "
+                                     "rolloutscope lake maintain beside the writers)")
     p.add_argument("--otlp-http-port", type=_port, default=DEFAULT_HTTP_PORT)
     p.add_argument("--otlp-grpc-port", type=_port, default=DEFAULT_GRPC_PORT)
     p.add_argument("--host", default=DEFAULT_HOST,

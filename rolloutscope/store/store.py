@@ -20,6 +20,7 @@ from typing import Any
 import duckdb
 import pandas as pd
 
+from rolloutscope.store import lake as _lake
 from rolloutscope.store import views as _views
 from rolloutscope.store.errors import (
     NotARunStoreError,
@@ -42,8 +43,11 @@ def default_run_name(path: Path) -> str:
     return _NOT_AN_ID.sub("-", name).strip("-.") or "run"
 
 
-def resolve_path(path: str | Path) -> Path:
-    """A run is a ``.duckdb`` file, or a directory holding ``run.duckdb``."""
+def resolve_path(path: str | Path | _lake.LakeSpec) -> Path | _lake.LakeSpec:
+    """A run is a ``.duckdb`` file, a directory holding ``run.duckdb``, or a lake
+    (``ducklake:sqlite:PATH`` / ``ducklake:postgres:CONNINFO``, see ``lake.py``)."""
+    if _lake.is_lake(path):
+        return _lake.parse(path)
     p = Path(path)
     if p.is_dir() or (not p.suffix and not p.exists()):
         return p / DEFAULT_FILE_NAME
@@ -51,11 +55,20 @@ def resolve_path(path: str | Path) -> Path:
 
 
 class RunStore:
-    """A run store file, opened for writing (creating it if needed) or read-only."""
+    """A run store file or lake, opened for writing (creating it if needed) or read-only.
 
-    def __init__(self, path: str | Path, *, read_only: bool = False, threads: int | None = None):
-        self.path = resolve_path(path)
+    A lake (``lake.py``) admits many writer processes and readers beside them; ``data_path``
+    places a new lake's data files."""
+
+    def __init__(self, path: str | Path | _lake.LakeSpec, *, read_only: bool = False,
+                 threads: int | None = None, data_path: str | Path | None = None):
         self.read_only = read_only
+        config = {"threads": threads} if threads else {}
+        if _lake.is_lake(path):
+            self._init_lake(_lake.parse(path, data_path=data_path), config)
+            return
+        self.lake = None
+        self.path = resolve_path(path)
         self._lock = threading.Lock()
         self._writer = None
         # a read-only file whose stored views are older than this version gets the current
@@ -67,7 +80,6 @@ class RunStore:
             raise StoreError(f"{self.path} does not exist")
         if not read_only:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        config = {"threads": threads} if threads else {}
         try:
             self._con = duckdb.connect(str(self.path), read_only=read_only, config=config)
         except duckdb.Error as exc:
@@ -77,6 +89,80 @@ class RunStore:
         except BaseException:
             self._con.close()
             raise
+
+    def _init_lake(self, spec: _lake.LakeSpec, config: dict) -> None:
+        self.lake = self.path = spec
+        self._lock = threading.Lock()
+        self._writer = None
+        self._temp_views = False
+        self._local = threading.local()
+        self._thread_cursors = []
+        self.writer_id = _lake.writer_id()
+        if self.read_only and not spec.exists():
+            raise StoreError(f"{spec}: the lake's catalog {spec.target} does not exist")
+        self._con = _lake.connect(spec, read_only=self.read_only, config=config,
+                                  create=not self.read_only)
+        try:
+            self._check_or_create_lake_schema()
+        except duckdb.Error as exc:
+            self._con.close()
+            raise translate(exc, path=str(spec)) from exc
+        except BaseException:
+            self._con.close()
+            raise
+
+    def _check_or_create_lake_schema(self) -> None:
+        """The lake's tables and views, created by whichever writer comes first; several
+        starting at once race, and the losers retry and find them made."""
+        con = self._con
+        tables = {r[0] for r in con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_catalog = ?",
+            [_lake.ALIAS]).fetchall()}
+        if "store_meta" in tables:
+            rows = con.execute(
+                "SELECT value FROM store_meta WHERE key = 'schema_version'").fetchall()
+            if not rows:
+                raise NotARunStoreError(str(self.path), "no schema_version in store_meta")
+            found = max(int(r[0]) for r in rows)
+            if found > SCHEMA_VERSION:
+                raise SchemaVersionError(str(self.path), found, SCHEMA_VERSION)
+        elif self.read_only or tables:
+            raise NotARunStoreError(str(self.path), "no store_meta table")
+        if self.read_only:
+            if not _views.installed_current(con):
+                _views.install(con, temporary=True)
+                self._temp_views = True
+            return
+        if "store_meta" in tables and _views.installed_current(con):
+            return  # another writer made it all; nothing to race for
+
+        def create(cur: duckdb.DuckDBPyConnection) -> None:
+            for stmt in _lake.lake_ddl():
+                cur.execute(stmt)
+            if not cur.execute("SELECT 1 FROM store_meta WHERE key = 'schema_version'"
+                               ).fetchall():
+                cur.execute("INSERT INTO store_meta VALUES ('schema_version', ?)",
+                            [str(SCHEMA_VERSION)])
+            if not cur.execute("SELECT 1 FROM store_meta WHERE key = 'default_run_id'"
+                               ).fetchall():
+                cur.execute("INSERT INTO store_meta VALUES ('default_run_id', ?)",
+                            [_lake_run_name(self.lake)])
+            _views.install(cur, temporary=False)
+
+        _lake.with_retries(con, create)
+        if "store_meta" not in tables:
+            _lake.prime_table_stats(con)
+
+    def new_cursor(self) -> duckdb.DuckDBPyConnection:
+        """A fresh cursor of the owned connection, its default catalog the store's own."""
+        cur = self._con.cursor()
+        if self.lake is not None:
+            cur.execute(f"USE {_lake.ALIAS}")
+        return cur
+
+    @property
+    def is_lake(self) -> bool:
+        return self.lake is not None
 
     # -- opening ---------------------------------------------------------------------------
     @classmethod
@@ -108,7 +194,8 @@ class RunStore:
         con.execute("BEGIN")
         for stmt in DDL:
             con.execute(stmt)
-        con.execute("INSERT OR REPLACE INTO store_meta VALUES ('schema_version', ?)",
+        con.execute("DELETE FROM store_meta WHERE key = 'schema_version'")
+        con.execute("INSERT INTO store_meta VALUES ('schema_version', ?)",
                     [str(SCHEMA_VERSION)])
         # named once, when the file is first written, so a renamed file keeps its run
         con.execute("INSERT OR IGNORE INTO store_meta VALUES ('default_run_id', ?)",
@@ -123,7 +210,7 @@ class RunStore:
         if self._temp_views:
             cur = getattr(self._local, "cursor", None)
             if cur is None:
-                cur = self._local.cursor = self._con.cursor()
+                cur = self._local.cursor = self.new_cursor()
                 _views.install(cur, temporary=True)
                 with self._lock:
                     self._thread_cursors.append(cur)
@@ -132,7 +219,7 @@ class RunStore:
             except duckdb.Error as exc:
                 raise translate(exc, path=str(self.path)) from exc
             return
-        cur = self._con.cursor()
+        cur = self.new_cursor()
         try:
             yield cur
         except duckdb.Error as exc:
@@ -188,6 +275,10 @@ class RunStore:
         if origin_ns is not None:
             metadata = {**(metadata or {}), "origin_ns": int(origin_ns)}
         source = RunSource(source).value
+        if self.lake is not None:
+            self._register_lake_run(run_id, source, parent_run_id, scenario, variants, seed,
+                                    config, metadata)
+            return
         with self.cursor() as cur:
             cur.execute(
                 """INSERT INTO runs (run_id, source, parent_run_id, scenario, variants, seed,
@@ -205,6 +296,25 @@ class RunStore:
                  json.dumps(dict(config)) if config is not None else None,
                  json.dumps(dict(metadata)) if metadata is not None else None,
                  time.time_ns()])
+
+    def _register_lake_run(self, run_id, source, parent_run_id, scenario, variants, seed,
+                           config, metadata) -> None:
+        """A registration appended to ``run_records``: the ``runs`` view takes the latest."""
+        params = [run_id, source, parent_run_id, scenario, json.dumps(list(variants)), seed,
+                  json.dumps(dict(config)) if config is not None else None,
+                  json.dumps(dict(metadata)) if metadata is not None else None,
+                  time.time_ns(), time.time_ns(), self.writer_id]
+        cur = self.new_cursor()
+        try:
+            _lake.with_retries(cur, lambda c: c.execute(
+                """INSERT INTO run_records (run_id, source, parent_run_id, scenario, variants,
+                                            seed, config, metadata, created_ns, recorded_ns,
+                                            writer_id)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""", params))
+        except duckdb.Error as exc:
+            raise translate(exc, path=str(self.path)) from exc
+        finally:
+            cur.close()
 
     def writer(self, **kw: Any):
         """The store's one writer (created on first use; keyword options apply then)."""
@@ -230,7 +340,15 @@ class RunStore:
             writer, self._writer = self._writer, None
         if writer is not None:
             writer.close()
-        if not self.read_only:
+        if not self.read_only and self.lake is not None:
+            # markers whose span ended in another writer's commit; no CHECKPOINT: on a lake
+            # that is compaction, which the maintenance task does apart from any writer
+            with contextlib.suppress(duckdb.Error):
+                _lake.with_retries(self._con, lambda c: c.execute(
+                    "DELETE FROM open_spans o WHERE EXISTS "
+                    "(SELECT 1 FROM spans s WHERE s.span_id = o.span_id "
+                    " AND s.trace_id = o.trace_id)"), attempts=20)
+        elif not self.read_only:
             with contextlib.suppress(duckdb.Error):
                 self._con.execute(  # each run's own: runs of one seed share span ids
                     "DELETE FROM open_spans o WHERE EXISTS "
@@ -249,5 +367,13 @@ class RunStore:
         self.close()
 
 
-def open_store(path: str | Path, *, read_only: bool = False) -> RunStore:
+def open_store(path: str | Path | _lake.LakeSpec, *, read_only: bool = False) -> RunStore:
     return RunStore(path, read_only=read_only)
+
+
+def _lake_run_name(spec: _lake.LakeSpec) -> str:
+    """A lake's default run: its sqlite catalog's name, or the postgres database's."""
+    if spec.catalog == "sqlite":
+        return default_run_name(Path(spec.target))
+    m = re.search(r"dbname=(\S+)", spec.target)
+    return _NOT_AN_ID.sub("-", m.group(1) if m else "lake").strip("-.") or "lake"

@@ -60,4 +60,6 @@ def install(con: duckdb.DuckDBPyConnection, *, temporary: bool) -> None:
             text = _CREATE.sub(lambda m: f"CREATE OR REPLACE TEMP VIEW {m.group(1)} AS", text, 1)
         con.execute(text)
     if not temporary:
-        con.execute("INSERT OR REPLACE INTO store_meta VALUES ('views_digest', ?)", [digest()])
+        # delete-then-insert, not INSERT OR REPLACE: a lake's store_meta has no key to replace on
+        con.execute("DELETE FROM store_meta WHERE key = 'views_digest'")
+        con.execute("INSERT INTO store_meta VALUES ('views_digest', ?)", [digest()])

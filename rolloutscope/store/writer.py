@@ -2,8 +2,13 @@
 
 Any thread may ``submit`` a ``RowBatch``; one writer thread appends everything queued, table by
 table through Arrow (never row-by-row), in one transaction, and then completes each batch's
-``Commit``. A commit happens when the rows gathered reach ``max_rows`` or the oldest gathered
-batch is ``max_delay_ms`` old, whichever comes first. A completed ``Commit`` means the rows are
+``Commit``. A commit happens when the rows gathered reach ``max_rows``, their bytes
+``max_bytes``, or the oldest gathered batch is ``max_delay_ms`` old, whichever comes first; a
+writer told what is on its way (``group_with``: the collector's requests being read and decoded)
+commits once nothing more has been for ``linger_ms``, since every sender waiting for an
+acknowledgement then is in the group already. So commits are as large as the concurrent senders make them (DuckDB's
+append costs several times more per row at 1,000-row commits than at 50,000), and a lone
+sender's request is not held for the time bound. A completed ``Commit`` means the rows are
 in the file (DuckDB's WAL), so a caller that waits for it before acknowledging never loses
 acknowledged data to a crash.
 
@@ -22,12 +27,14 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rolloutscope.store import lake
 from rolloutscope.store.errors import (
     QueueFullError,
     StoreError,
@@ -41,8 +48,15 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_ROWS = 50_000
 DEFAULT_MAX_DELAY_MS = 50
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+# How long "nothing is arriving" must last before a group commits: senders acknowledged by the
+# previous commit send again within a millisecond or two, and a commit that waits for them is
+# several times larger (and cheaper per row) than one that goes without them.
+DEFAULT_LINGER_MS = 3.0
+ROW_BYTES_ESTIMATE = 256  # a batch submitted without its size counts this much per row
 DEFAULT_MAX_QUEUED_ROWS = 2_000_000
 ARROW_SLICE_ROWS = 50_000  # rows converted to Arrow and inserted at once, within a commit
+LAKE_COMMIT_ATTEMPTS = 200  # a lake commit that loses this many races in a row fails
 
 # DuckDB checkpoints the WAL into the file once it exceeds this. At DuckDB's default (16 MB,
 # about 45k spans) every checkpoint recompresses the table's last, partly filled row group
@@ -86,21 +100,29 @@ class WriterStats:
     rejected_rows: int = 0
     failed_rows: int = 0
     commits: int = 0
+    conflicts: int = 0  # lake commits that lost a race with another writer and were retried
     last_commit_ms: float = 0.0
 
 
 class StoreWriter:
     def __init__(self, store, *, max_rows: int = DEFAULT_MAX_ROWS,
                  max_delay_ms: float = DEFAULT_MAX_DELAY_MS,
-                 max_queued_rows: int = DEFAULT_MAX_QUEUED_ROWS) -> None:
+                 max_queued_rows: int = DEFAULT_MAX_QUEUED_ROWS,
+                 max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self._store = store
-        self._con = store.raw_connection().cursor()
+        self._con = store.new_cursor()
+        # a lake has other writers: commits that lose a race to them are retried (lake.py)
+        self._lake_author = store.writer_id if store.is_lake else None
         self._con.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
         self.max_rows = max_rows
         self.max_delay_s = max_delay_ms / 1000.0
         self.max_queued_rows = max_queued_rows
-        self._queue: deque[tuple[RowBatch, Commit, float]] = deque()
+        self.max_bytes = max_bytes
+        self._queue: deque[tuple[RowBatch, Commit, float, int]] = deque()
         self._queued_rows = 0
+        self._queued_bytes = 0
+        self._arriving: Callable[[], int] | None = None
+        self._linger_s = 0.0
         self._cond = threading.Condition()
         self._closing = False
         self.closed = False
@@ -108,6 +130,9 @@ class StoreWriter:
         self._submitted_seq = 0
         self._committed_seq = 0  # every batch with seq <= this is committed or failed
         self._open_markers = self._con.execute("SELECT count(*) FROM open_spans").fetchall()[0][0]
+        if self._lake_author is not None:
+            # other writers add markers this one never counts: always look for ended ones
+            self._open_markers = float("inf")
         # run_id -> (first, last) seen that this writer has committed to ``runs``: the stored
         # bounds cover these, so a commit inside them need not touch the row
         self._run_bounds: dict[str, tuple[int, int]] = {}
@@ -118,11 +143,27 @@ class StoreWriter:
         self._thread.start()
 
     # -- producer side ---------------------------------------------------------------------
+    def group_with(self, arriving: Callable[[], int], *,
+                   linger_ms: float = DEFAULT_LINGER_MS) -> None:
+        """Commit early once ``arriving()`` (batches on their way to ``submit``) has been 0
+        for ``linger_ms``; call ``wake`` when it drops without a submit."""
+        with self._cond:
+            self._arriving = arriving
+            self._linger_s = linger_ms / 1000.0
+
+    def wake(self) -> None:
+        """Have the writer look at ``arriving()`` again."""
+        with self._cond:
+            self._cond.notify_all()
+
     def submit(self, batch: RowBatch, *, block: bool = False,
-               timeout: float | None = None) -> Commit:
-        """Queue a batch. Raises ``QueueFullError`` when the queue is full and ``block`` is
-        False (or still full after ``timeout``)."""
+               timeout: float | None = None, nbytes: int | None = None) -> Commit:
+        """Queue a batch (``nbytes``: about what it holds, for ``max_bytes``). Raises
+        ``QueueFullError`` when the queue is full and ``block`` is False (or still full after
+        ``timeout``)."""
         commit = Commit(batch.rows)
+        if nbytes is None:
+            nbytes = batch.rows * ROW_BYTES_ESTIMATE
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             if self._closing:
@@ -137,8 +178,9 @@ class StoreWriter:
                     raise QueueFullError(batch.rows, self._queued_rows, self.max_queued_rows)
                 self._cond.wait(remaining)
             self._submitted_seq += 1
-            self._queue.append((batch, commit, time.monotonic()))
+            self._queue.append((batch, commit, time.monotonic(), nbytes))
             self._queued_rows += batch.rows
+            self._queued_bytes += nbytes
             self.stats.submitted_rows += batch.rows
             self._cond.notify_all()
         return commit
@@ -171,25 +213,40 @@ class StoreWriter:
         self._con.close()
 
     # -- writer thread ---------------------------------------------------------------------
-    def _gather(self) -> list[tuple[RowBatch, Commit, float]]:
+    def _gather(self) -> list[tuple[RowBatch, Commit, float, int]]:
         with self._cond:
             while not self._queue and not self._closing:
                 self._cond.wait()
             if not self._queue:
                 return []
             first_at = self._queue[0][2]
-            while (self._queued_rows < self.max_rows and not self._closing):
-                remaining = first_at + self.max_delay_s - time.monotonic()
+            idle_since: tuple[float, int] | None = None  # (when, queue length then)
+            while (self._queued_rows < self.max_rows and self._queued_bytes < self.max_bytes
+                   and not self._closing):
+                now = time.monotonic()
+                remaining = first_at + self.max_delay_s - now
                 if remaining <= 0:
                     break
-                self._cond.wait(remaining)
-            taken: list[tuple[RowBatch, Commit, float]] = []
-            rows = 0
-            while self._queue and (rows < self.max_rows or not taken):
+                if self._arriving is not None:
+                    if self._arriving() > 0:
+                        idle_since = None
+                    elif idle_since is None or idle_since[1] != len(self._queue):
+                        idle_since = (now, len(self._queue))
+                    elif now - idle_since[0] >= self._linger_s:
+                        break  # nothing more is on its way: waiting would only add latency
+                    if idle_since is not None:
+                        remaining = min(remaining, idle_since[0] + self._linger_s - now)
+                self._cond.wait(max(remaining, 0.0))
+            taken: list[tuple[RowBatch, Commit, float, int]] = []
+            rows = nbytes = 0
+            while self._queue and ((rows < self.max_rows and nbytes < self.max_bytes)
+                                   or not taken):
                 item = self._queue.popleft()
                 taken.append(item)
                 rows += item[0].rows
+                nbytes += item[3]
             self._queued_rows -= rows
+            self._queued_bytes -= nbytes
             self._cond.notify_all()  # wake producers blocked on a full queue
             return taken
 
@@ -198,16 +255,16 @@ class StoreWriter:
             taken = self._gather()
             if not taken:
                 return
-            errors = self._commit_isolated([b for b, _, _ in taken])
+            errors = self._commit_isolated([b for b, _, _, _ in taken])
             with self._cond:
-                for (_, commit, _), error in zip(taken, errors, strict=True):
+                for (_, commit, _, _), error in zip(taken, errors, strict=True):
                     if error is None:
                         self.stats.committed_rows += commit.rows
                     else:
                         self.stats.failed_rows += commit.rows
                 self._committed_seq += len(taken)
                 self._cond.notify_all()
-            for (_, commit, _), error in zip(taken, errors, strict=True):
+            for (_, commit, _, _), error in zip(taken, errors, strict=True):
                 commit._finish(error)
 
     def _commit_isolated(self, batches: list[RowBatch]) -> list[StoreError | None]:
@@ -229,16 +286,22 @@ class StoreWriter:
         return errors
 
     def _try_commit(self, batches: list[RowBatch]) -> StoreError | None:
-        try:
-            self._commit(batches)
-        except Exception as exc:  # noqa: BLE001 - reported to the waiters, never raised
+        for attempt in range(LAKE_COMMIT_ATTEMPTS if self._lake_author else 1):
             try:
-                self._con.execute("ROLLBACK")
-            except duckdb.Error:
-                pass
-            return _as_store_error(exc)
-        self.stats.commits += 1
-        return None
+                self._commit(batches)
+            except Exception as exc:  # noqa: BLE001 - reported to the waiters, never raised
+                try:
+                    self._con.execute("ROLLBACK")
+                except duckdb.Error:
+                    pass
+                if self._lake_author is not None and lake.as_conflict(exc) is not None:
+                    self.stats.conflicts += 1
+                    time.sleep(min(0.25, 0.002 * 1.5 ** min(attempt, 14)))
+                    continue
+                return _as_store_error(exc)
+            self.stats.commits += 1
+            return None
+        return lake.CommitConflictError(f"lost {LAKE_COMMIT_ATTEMPTS} commit races in a row")
 
     def _commit(self, batches: list[RowBatch]) -> None:
         t0 = time.perf_counter()
@@ -251,6 +314,8 @@ class StoreWriter:
         seen: dict[str, tuple[int, int]] = {}
         markers = self._open_markers
         con.execute("BEGIN")
+        if self._lake_author is not None:
+            lake.stamp_commit(con, self._lake_author, f"{merged.rows} rows")
         for table in _COMMIT_ORDER:
             # converted and inserted a slice at a time: the Arrow copy of a large batch never
             # exists whole beside its rows
@@ -296,6 +361,16 @@ class StoreWriter:
         nothing; a known run costs a keyed UPDATE; only a run new to this writer pays for the
         upsert (it may exist already, registered or written by an earlier session)."""
         con = self._con
+        if self._lake_author is not None:
+            widened = {run_id: bounds for run_id, bounds in seen.items()
+                       if (known := self._run_bounds.get(run_id)) is None
+                       or bounds[0] < known[0] or bounds[1] > known[1]}
+            lake.record_run_bounds(con, widened, self._lake_author)
+            for run_id, known in self._run_bounds.items():
+                if run_id in seen:
+                    seen[run_id] = (min(seen[run_id][0], known[0]),
+                                    max(seen[run_id][1], known[1]))
+            return
         for run_id, (first, last) in seen.items():
             known = self._run_bounds.get(run_id)
             if known is None:

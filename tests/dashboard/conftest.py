@@ -18,6 +18,7 @@ import pytest
 
 from rolloutscope.collectors.exporter import instrument
 from rolloutscope.store import RunStore
+from tests.store_kinds import STORE_KINDS, store_target
 from rolloutscope.vocabulary import Attr, EventName, SpanName
 from tests.store.conftest import S, T0, SpanKit
 
@@ -144,9 +145,11 @@ def build_p1_run(kit: SpanKit) -> None:
     kit.span(SpanName.RL_STALL_WATCHDOG_TICK, END_S - 1, END_S, {})
 
 
-@pytest.fixture(scope="session")
-def p1_path(tmp_path_factory) -> Iterator:
-    path = tmp_path_factory.mktemp("p1") / "run.duckdb"
+@pytest.fixture(scope="session", params=STORE_KINDS)
+def p1_path(request, tmp_path_factory) -> Iterator:
+    """The P1 run in a store of each kind (tests/store_kinds.py): the dashboard's builders
+    and pages read both through the same views."""
+    path = store_target(request.param, tmp_path_factory.mktemp("p1"))
     inst = instrument(path, service_name="tests", run_id=RUN)
     try:
         build_p1_run(SpanKit(inst))

@@ -10,6 +10,7 @@ import threading
 import httpx
 import pytest
 import uvicorn
+from fastapi import FastAPI, Request
 
 from rolloutscope.collectors.instrument import GymCheckpointMiddleware
 from rolloutscope.vocabulary import Attr, EventName, SpanName
@@ -290,3 +291,124 @@ class TestNeverRaisesIntoTheServer:
         op = _ops(run).iloc[0]
         assert (op.op, op.participant_kind, op.outcome) == ("forget", "agent", "error")
         assert _attrs(run, op.span_id)[Attr.ERROR_TYPE] == "ParticipantBug"
+
+
+class TestTheSpanIsMadeWhenTheOperationEnds:
+    """The control span is built once, at the end, from the start time and parent read when the
+    request arrived; an operation still running past the open-marker delay gets it earlier."""
+
+    @staticmethod
+    def _waiting_prepare():
+        app = FastAPI()
+        release = asyncio.Event()
+
+        @app.post(CK + "/prepare")
+        async def prepare(request: Request):
+            body = await request.json()
+            await release.wait()  # readiness arrives when the test says so
+            return {"kind": "model", "instance": "policy-0", "phase": "prepared",
+                    "checkpoint_id": body["checkpoint_id"],
+                    "report": {"ready": True, "blockers": [], "blocker_count": 0}}
+
+        return app, release
+
+    def test_a_prepare_that_waits_is_open_while_it_waits_and_ends_with_its_reply(self, run):
+        app, release = self._waiting_prepare()
+        middleware = GymCheckpointMiddleware(app, tracer=run.tracer, open_marker_after_s=0.05)
+
+        async def calls():
+            async with _asgi_client(middleware) as client:
+                pending = asyncio.create_task(client.post(
+                    CK + "/prepare", json={"checkpoint_id": "ck-4", "deadline_ts": DEADLINE_TS}))
+                for _ in range(400):  # until the marker is written, however busy the machine
+                    await asyncio.sleep(0.025)
+                    live = await asyncio.to_thread(_ops, run)
+                    if len(live):
+                        break
+                release.set()
+                return live, await pending
+
+        live, reply = asyncio.run(calls())
+        assert reply.status_code == 200
+        assert list(zip(live.op, live.checkpoint_id)) == [("prepare", "ck-4")]
+        assert live.is_open.all() and live.end_ns.isna().all() and live.outcome.isna().all()
+        ended = _ops(run)
+        assert list(zip(ended.op, ended.outcome, ended.is_open)) == [("prepare", "ok", False)]
+        assert ended.span_id.iloc[0] == live.span_id.iloc[0]  # the same span, now ended
+        assert ended.start_ns.iloc[0] == live.start_ns.iloc[0]
+        attrs = _attrs(run, ended.span_id.iloc[0])
+        assert attrs[Attr.CK_READY] is True and attrs[Attr.CK_DEADLINE_TS] == DEADLINE_TS
+        assert (attrs[Attr.CK_PARTICIPANT_KIND], attrs[Attr.CK_INSTANCE]) == ("model", "policy-0")
+        assert middleware.failures.count == 0
+
+    def test_among_many_quick_operations_only_those_still_running_are_shown_open(self, run):
+        app = FastAPI()
+        release = asyncio.Event()
+
+        @app.post(CK + "/prepare")
+        async def prepare(request: Request):
+            body = await request.json()
+            if body["checkpoint_id"].startswith("slow"):
+                await release.wait()
+            return {"phase": "prepared", "checkpoint_id": body["checkpoint_id"]}
+
+        middleware = GymCheckpointMiddleware(app, tracer=run.tracer, open_marker_after_s=0.05)
+
+        async def calls():
+            async with _asgi_client(middleware) as client:
+                def post(ck):
+                    return client.post(CK + "/prepare", json={"checkpoint_id": ck})
+
+                quick = [await post(f"quick-{i}") for i in range(20)]
+                slow = [asyncio.create_task(post(f"slow-{i}")) for i in range(2)]
+                quick += [await post(f"quick-{i}") for i in range(20, 40)]
+                for _ in range(400):  # until both markers are written, however busy
+                    await asyncio.sleep(0.025)
+                    live = await asyncio.to_thread(_ops, run)
+                    if live.is_open.sum() == 2:
+                        break
+                release.set()
+                return quick, await asyncio.gather(*slow), live
+
+        quick, slow, live = asyncio.run(calls())
+        assert all(r.status_code == 200 for r in quick + slow)
+        assert sorted(live[live.is_open].checkpoint_id) == ["slow-0", "slow-1"]
+        ended = _ops(run)
+        assert len(ended) == 42 and not ended.is_open.any() and set(ended.outcome) == {"ok"}
+        assert middleware.failures.count == 0
+
+    def test_a_quick_operation_is_one_span_from_request_arrival_with_no_open_marker(self, run):
+        app, release = self._waiting_prepare()
+        release.set()
+        wall = run.wall()
+        middleware = GymCheckpointMiddleware(app, tracer=run.tracer, time_ns=wall)
+
+        async def call():
+            async with _asgi_client(middleware) as client:
+                return await client.post(CK + "/prepare", json={"checkpoint_id": "ck-5"})
+
+        assert asyncio.run(call()).status_code == 200
+        assert run.inst.flush()
+        rows = run.inst.store.query("SELECT count(*) FROM open_spans")
+        assert rows == [(0,)]
+        op = _ops(run).iloc[0]
+        assert (op.op, op.outcome, op.start_ns, op.end_ns) == ("prepare", "ok", wall.t, wall.t)
+
+    def test_the_span_is_a_child_of_the_span_current_when_the_request_arrived(self, run):
+        app, release = self._waiting_prepare()
+        release.set()
+        middleware = GymCheckpointMiddleware(app, tracer=run.tracer)
+
+        async def call():
+            with run.tracer.start_as_current_span("outer server span") as outer:
+                async with _asgi_client(middleware) as client:
+                    await client.post(CK + "/prepare", json={"checkpoint_id": "ck-6"})
+            return outer.get_span_context()
+
+        outer = asyncio.run(call())
+        op = _ops(run).iloc[0]
+        assert op.trace_id == format(outer.trace_id, "032x")
+        assert run.inst.flush()
+        parent = run.inst.store.query("SELECT parent_span_id FROM spans WHERE span_id = ?",
+                                      [op.span_id])
+        assert parent == [(format(outer.span_id, "016x"),)]

@@ -13,6 +13,7 @@ from rolloutscope.replay.sweep import (
     heatmap_png,
     parse_grid,
     run_sweep,
+    start_ray,
     write_table,
 )
 
@@ -21,7 +22,7 @@ ray = pytest.importorskip("ray")
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    assert start_ray("local", num_cpus=2)  # as `rolloutscope sweep --ray local` starts it
     yield
     ray.shutdown()
 
@@ -80,3 +81,14 @@ def test_grid_keys_map_onto_scenario_fields_and_unknown_ones_are_refused():
         apply_point(scenario, {"rolout_timeout_s": 1})
     with pytest.raises(SweepError, match="expected KEY=v1,v2"):
         parse_grid(["rollout_timeout_s"])
+
+
+def test_a_local_ray_the_sweep_starts_runs_its_workers_at_the_drivers_priority(local_ray):
+    import os
+
+    @ray.remote(num_cpus=1)
+    def niceness() -> int:
+        return os.nice(0)
+
+    # Ray's default niceness 15 lets every other process on a shared machine go first
+    assert ray.get([niceness.remote() for _ in range(2)]) == [os.nice(0)] * 2

@@ -7,6 +7,7 @@ import pytest
 
 from rolloutscope.collectors.exporter import Instrumentation, instrument
 from rolloutscope.store import RunStore
+from tests.store_kinds import STORE_KINDS, store_target
 
 T0 = 1_800_000_000 * 10**9  # a fixed epoch, so expected rows can be written as offsets
 S = 10**9
@@ -49,9 +50,10 @@ class SpanKit:
         return self.inst.store
 
 
-@pytest.fixture
-def store_path(tmp_path):
-    return tmp_path / "run.duckdb"
+@pytest.fixture(params=STORE_KINDS)
+def store_path(request, tmp_path):
+    """A fresh store of each kind (tests/store_kinds.py): every view test runs on both."""
+    return store_target(request.param, tmp_path)
 
 
 @pytest.fixture

@@ -22,6 +22,12 @@ from rolloutscope.store import (
 from rolloutscope.store.schema import COLUMNS, SCHEMA_VERSION
 
 
+@pytest.fixture
+def store_path(tmp_path):
+    """This module is about the DuckDB file itself (lakes: tests/lake/)."""
+    return tmp_path / "run.duckdb"
+
+
 def _span_batch(n: int, *, run_id: str = "r", prefix: str = "0") -> RowBatch:
     """n spans with ids unique for a distinct prefix (hex digits)."""
     batch = RowBatch()

@@ -37,7 +37,8 @@ parsed AS (
     FROM client
     WHERE url IS NOT NULL
 ),
--- where each traced server of a run listens, as its SERVER spans record it
+-- where each traced server of a run listens, as its SERVER spans record it (a span without a
+-- whole address adds a NULL authority, which no request matches)
 served AS (
     SELECT DISTINCT run_id,
            coalesce(attributes->>'http.host',
@@ -47,7 +48,6 @@ served AS (
     WHERE kind = 'SERVER'
       -- a text test first: JSON is parsed only for spans that can carry an address
       AND (attributes LIKE '%"http.host"%' OR attributes LIKE '%"server.address"%')
-      AND coalesce(attributes->>'http.host', attributes->>'server.address') IS NOT NULL
 )
 SELECT
     p.run_id,

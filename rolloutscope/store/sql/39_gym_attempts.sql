@@ -4,19 +4,10 @@
 -- RL's rows list those tries (the join rule, docs/gym-telemetry.md). Its own view, so that
 -- rollout_attempts stays a plain union whose readers pay only for the columns they read.
 CREATE OR REPLACE VIEW gym_attempts AS
-WITH -- found first and kept: a run of RL tries, with a Gym rollout per row, has none of them
-gym AS MATERIALIZED (
+WITH gym AS (
     SELECT r.*, coalesce(r.rollout_id, 'trace-' || left(r.trace_id, 12)) AS key
     FROM all_spans r
     WHERE r.name = 'gym.rollout' AND r.prompt_idx IS NULL
-),
--- each one's /run: the agent's SERVER span, its parent in the same process
-replies AS MATERIALIZED (
-    SELECT p.run_id, p.trace_id, p.span_id,
-           TRY_CAST(coalesce(p.attributes->>'http.response.status_code',
-                             p.attributes->>'http.status_code') AS INTEGER) AS http_status
-    FROM all_spans p
-    WHERE p.kind = 'SERVER' AND p.span_id IN (SELECT parent_span_id FROM gym)
 ),
 gym_rows AS (
     SELECT g.*,
@@ -24,9 +15,16 @@ gym_rows AS (
                 THEN regexp_extract(g.key, '^(.+)-a[0-9]+$', 1) ELSE g.key END AS base,
            coalesce(TRY_CAST(regexp_extract(g.key, '-a([0-9]+)$', 1) AS INTEGER), 0)
                AS gym_attempt,
-           q.http_status
+           -- read off the joined reply, so that a filter on the status runs on the rollouts
+           -- after the join rather than on every SERVER span before it
+           CASE WHEN q.span_id = g.parent_span_id
+                THEN TRY_CAST(coalesce(q.attributes->>'http.response.status_code',
+                                       q.attributes->>'http.status_code') AS INTEGER)
+           END AS http_status
     FROM gym g
-    LEFT JOIN replies q
+    -- each one's /run: the agent's SERVER span, its parent in the same process
+    LEFT JOIN (SELECT run_id, trace_id, span_id, attributes FROM all_spans
+               WHERE kind = 'SERVER') q
         ON q.run_id = g.run_id AND q.trace_id = g.trace_id AND q.span_id = g.parent_span_id
 )
 SELECT

@@ -4,33 +4,19 @@
 -- later checkpoint prepare of the first protocol generation
 -- (docs/domain/checkpoint-protocol.md#the-first-generation; P1/P2 in docs/domain/incidents.md).
 CREATE OR REPLACE VIEW completions AS
-WITH done AS (
+-- one pass over both events, grouped by execution (no join of two million-row aggregates)
+WITH per_execution AS (
     SELECT run_id, rollout_id, attempt,
-           any_value(prompt_idx) AS prompt_idx,
-           min(ts_ns) AS completed_ns,
-           arg_min(attributes->>'nemo.gym.agent.result_id', ts_ns) AS result_id,
-           arg_min(span_id, ts_ns) AS span_id
+           any_value(prompt_idx) FILTER (WHERE name = 'gym.agent.completed') AS prompt_idx,
+           min(ts_ns) FILTER (WHERE name = 'gym.agent.completed') AS completed_ns,
+           min(ts_ns) FILTER (WHERE name = 'gym.agent.acknowledged') AS ack_ns,
+           arg_min(attributes->>'nemo.gym.agent.result_id', ts_ns)
+               FILTER (WHERE name = 'gym.agent.completed') AS result_id,
+           arg_min(span_id, ts_ns) FILTER (WHERE name = 'gym.agent.completed') AS span_id
     FROM span_events
-    WHERE name = 'gym.agent.completed'
-    GROUP BY run_id, rollout_id, attempt
-),
-ack AS (
-    SELECT run_id, rollout_id, attempt, min(ts_ns) AS ack_ns
-    FROM span_events
-    WHERE name = 'gym.agent.acknowledged'
+    WHERE name IN ('gym.agent.completed', 'gym.agent.acknowledged')
     GROUP BY run_id, rollout_id, attempt
 )
-SELECT
-    d.run_id,
-    d.rollout_id,
-    d.attempt,
-    d.prompt_idx,
-    d.completed_ns,
-    a.ack_ns,
-    d.result_id,
-    d.span_id
-FROM done d
-LEFT JOIN ack a
-    ON a.run_id = d.run_id
-   AND a.rollout_id IS NOT DISTINCT FROM d.rollout_id
-   AND a.attempt IS NOT DISTINCT FROM d.attempt
+SELECT run_id, rollout_id, attempt, prompt_idx, completed_ns, ack_ns, result_id, span_id
+FROM per_execution
+WHERE completed_ns IS NOT NULL

@@ -11,8 +11,10 @@ WITH stranded AS (
            a.end_ns AS attempt_end_ns, a.outcome AS attempt_outcome, a.failure_reason
     FROM completions c
     JOIN run_thresholds t ON t.run_id = c.run_id
+    -- the RL try that dispatched it (a Gym row names no prompt, so it never matches; saying so
+    -- spares every reader the Gym rows and their /run replies)
     LEFT JOIN rollout_attempts a
-        ON a.run_id = c.run_id AND a.prompt_idx = c.prompt_idx
+        ON a.run_id = c.run_id AND a.dialect = 'rl' AND a.prompt_idx = c.prompt_idx
        AND a.attempt IS NOT DISTINCT FROM c.attempt
     WHERE c.ack_ns IS NULL
 ),

@@ -35,13 +35,28 @@ progress AS (
     UNION ALL
     SELECT run_id, start_ns, 0, 0 FROM run_thresholds WHERE start_ns IS NOT NULL
 ),
+-- Progress instants (epoch ns) in buckets one stall timeout wide: two instants in one bucket are
+-- less than a timeout apart, so a stretch long enough to be a stall runs from the last instant of
+-- a bucket to the first of the next bucket that has any. Counting per bucket turns a run's
+-- millions of commits into a row per bucket before anything is sorted.
+buckets AS (
+    SELECT p.run_id,
+           p.t // greatest(CAST(th.stall_timeout_s * 1e9 AS BIGINT), 1) AS bucket,
+           min(p.t) AS first_t,
+           max(p.t) AS last_t,
+           sum(p.committed) AS committed,
+           sum(p.steps) AS steps
+    FROM progress p
+    JOIN run_thresholds th ON th.run_id = p.run_id
+    GROUP BY p.run_id, bucket
+),
 cumulative AS (
-    SELECT run_id, t,
+    SELECT run_id, last_t AS t,
            sum(committed) OVER w AS committed,
            sum(steps) OVER w AS steps,
-           lead(t) OVER (PARTITION BY run_id ORDER BY t) AS next_t
-    FROM progress
-    WINDOW w AS (PARTITION BY run_id ORDER BY t ROWS UNBOUNDED PRECEDING)
+           lead(first_t) OVER (PARTITION BY run_id ORDER BY bucket) AS next_t
+    FROM buckets
+    WINDOW w AS (PARTITION BY run_id ORDER BY bucket ROWS UNBOUNDED PRECEDING)
 ),
 gaps AS (
     SELECT c.run_id, c.t AS idle_since_ns, c.next_t, c.committed, c.steps,
@@ -49,9 +64,6 @@ gaps AS (
            th.origin_ns AS origin_ns
     FROM cumulative c
     JOIN run_thresholds th ON th.run_id = c.run_id
-    -- several progress records can share an instant; keep the last of them
-    QUALIFY row_number() OVER (PARTITION BY c.run_id, c.t ORDER BY c.committed DESC,
-                                c.steps DESC) = 1
 ),
 stalls AS (
     SELECT g.*, g.idle_since_ns + CAST(g.stall_timeout_s * 1e9 AS BIGINT) AS due_ns

@@ -45,20 +45,24 @@ http_failures AS (
            max(coalesce(end_ns, start_ns)) AS last_ns, list(span_id ORDER BY start_ns)[1:5]
                AS sample_ids
     FROM http_requests
-    WHERE model_endpoint AND NOT internal AND target IS NOT NULL
-      AND (http_status >= 500 OR (outcome = 'error' AND http_status IS NULL))
+    -- a 5xx, or no answer at all; a model endpoint's URL names its target
+    WHERE coalesce(http_status >= 500, outcome = 'error') AND model_endpoint AND NOT internal
     GROUP BY run_id, target
+),
+probes AS (
+    SELECT run_id, target, start_ns, outcome
+    FROM http_requests
+    WHERE probe
 ),
 http_probed AS (
     SELECT f.*,
-           (SELECT count(*) FROM http_requests p
-            WHERE p.run_id = f.run_id AND p.target = f.target AND p.probe AND p.outcome = 'ok'
-              AND p.start_ns BETWEEN f.first_ns AND f.last_ns) AS probes_ok,
-           (SELECT count(*) FROM http_requests p
-            WHERE p.run_id = f.run_id AND p.target = f.target AND p.probe
-              AND p.outcome = 'error' AND p.start_ns BETWEEN f.first_ns AND f.last_ns)
-               AS probes_failed
+           count(*) FILTER (WHERE p.outcome = 'ok') AS probes_ok,
+           count(*) FILTER (WHERE p.outcome = 'error') AS probes_failed
     FROM http_failures f
+    LEFT JOIN probes p
+        ON p.run_id = f.run_id AND p.target = f.target
+       AND p.start_ns BETWEEN f.first_ns AND f.last_ns
+    GROUP BY ALL
 )
 SELECT
     p.run_id,

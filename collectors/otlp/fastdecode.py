@@ -1,0 +1,85 @@
+"""The compiled trace decoder (``_fastdecode.c``), or the reason it is not in use.
+
+``decode_traces`` returns a ``Decoded`` for a protobuf ``ExportTraceServiceRequest`` body when
+the compiled decoder can take it (every span stored as sent), and None when the caller must
+decode the body with the reference decoder in ``decode.py``: a request with anything to reject,
+coerce or dedupe, a malformed body, or a field the compiled decoder does not model. The rows are
+the ones the reference decoder gives for the same body (tests/collectors/test_fast_decode.py).
+
+Without a C compiler at install time the extension is not built; the collector then decodes
+every request in Python and warns once with what that costs. ``ROLLOUTSCOPE_PYTHON_DECODER=1``
+forces the Python decoder (for comparison, and to test that path).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from rolloutscope.collectors.otlp.limits import DecodeLimits
+from rolloutscope.store.rows import RowBatch
+from rolloutscope.vocabulary import Attr, ResourceAttr
+
+log = logging.getLogger(__name__)
+
+FORCE_PYTHON_ENV = "ROLLOUTSCOPE_PYTHON_DECODER"
+FALLBACK_COST = ("decoding OTLP traces in Python costs about twice the receiver CPU per span "
+                 "(about 18-24 us instead of 9-12 us, and ten times the decode alone; "
+                 "benchmarks/bench_ingest.py and bench_decode.py measure it)")
+
+# in the order _fastdecode.c indexes them
+_KEYS = (Attr.ROLLOUT_ID, Attr.EPISODE_ROLLOUT_ID, Attr.RL_ATTEMPT, Attr.EPISODE_ATTEMPT,
+         Attr.PROMPT_IDX, Attr.CHECKPOINT_ID, Attr.CK_PARTICIPANT_KIND, Attr.SHARD_IDX,
+         Attr.RUN_ID, Attr.OPEN_MARKER_FOR, ResourceAttr.SERVICE_NAME)
+
+
+def _load():
+    if os.environ.get(FORCE_PYTHON_ENV, "") not in ("", "0"):
+        return None, f"{FORCE_PYTHON_ENV} is set"
+    try:
+        from rolloutscope.collectors.otlp import _fastdecode
+    except ImportError as exc:
+        return None, f"the compiled decoder is not built ({exc})"
+    _fastdecode.set_keys(_KEYS)
+    return _fastdecode, None
+
+
+_module, unavailable = _load()
+_warned = False
+
+
+def available() -> bool:
+    return _module is not None
+
+
+def warn_if_unavailable() -> None:
+    """Log once, at service start, that traces are decoded in Python and what that costs."""
+    global _warned
+    if _module is None and not _warned:
+        _warned = True
+        log.warning("OTLP traces are decoded in Python: %s; %s. Install a C compiler and "
+                    "the Python headers (scripts/setup.sh does) and reinstall to build it.",
+                    unavailable, FALLBACK_COST)
+
+
+def decode_traces(body: bytes, limits: DecodeLimits):
+    """A ``Decoded`` for a protobuf trace request, or None (decode it with ``decode.py``)."""
+    if _module is None:
+        return None
+    out = _module.decode_traces(body, limits.max_items_per_request, limits.max_attributes,
+                                limits.max_attribute_value_bytes, limits.max_events_per_span,
+                                limits.max_links_per_span)
+    if out is None:
+        return None
+    spans, events, links, accepted = out
+    from rolloutscope.collectors.otlp.decode import Decoded  # decode imports nothing of ours
+
+    batch = RowBatch()
+    if spans:
+        batch.tables["spans"] = spans
+    if events:
+        batch.tables["span_events"] = events
+    if links:
+        batch.tables["span_links"] = links
+    batch.rows = len(spans) + len(events) + len(links)
+    return Decoded(batch, accepted=accepted)

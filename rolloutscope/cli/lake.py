@@ -1,0 +1,86 @@
+"""``rolloutscope lake import|export|maintain``: moving runs between a file and a lake, and a
+lake's upkeep (rolloutscope/store/lake_ops.py; docs/lakes.md)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from rolloutscope.cli import UsageError
+from rolloutscope.cli.stores import STORE_HELP, add_data_path, store_arg, with_data_path
+from rolloutscope.store.lake import LakeSpec
+
+
+def _copy(args: argparse.Namespace, source, dest) -> int:
+    from rolloutscope.store.lake_ops import copy_runs
+
+    copied = copy_runs(source, dest, run_ids=args.run_id or None,
+                       data_path=getattr(args, "data_path", None))
+    print(f"copied {len(copied)} run(s) into {dest}: {', '.join(copied) or 'none'}")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    if isinstance(args.file, LakeSpec) or not isinstance(args.lake, LakeSpec):
+        raise UsageError("lake import takes a run file, then a lake (ducklake:...)")
+    try:
+        dest = with_data_path(args.lake, args)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(str(exc)) from None
+    args.data_path = None  # applied to the spec
+    return _copy(args, args.file, dest)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    if not isinstance(args.lake, LakeSpec) or isinstance(args.file, LakeSpec):
+        raise UsageError("lake export takes a lake (ducklake:...), then a run file")
+    if args.file.exists():
+        raise UsageError(f"{args.file} exists; export writes a new run file")
+    return _copy(args, args.lake, args.file)
+
+
+def cmd_maintain(args: argparse.Namespace) -> int:
+    from rolloutscope.store import RunStore
+    from rolloutscope.store.lake_ops import maintain
+
+    retain_s = None if args.retain_hours is None else args.retain_hours * 3600.0
+    with RunStore(args.store) as store:
+        while True:
+            report = maintain(store, retain_s=retain_s,
+                              keep_snapshots_s=args.keep_snapshots_hours * 3600.0)
+            print(report.line(), flush=True)
+            if args.every_s is None:
+                return 0
+            time.sleep(args.every_s)
+
+
+def add_upkeep_options(p: argparse.ArgumentParser, *, every_help: str) -> None:
+    p.add_argument("--retain-hours", type=float, metavar="H",
+                   help="drop rows older than H hours (retention; fractions allowed)")
+    p.add_argument("--keep-snapshots-hours", type=float, default=1.0, metavar="H",
+                   help="expire lake snapshots older than H hours (default 1); a row's writer "
+                        "id is known while its snapshot is kept")
+    p.add_argument("--every-s", "--maintain-every-s", dest="every_s", type=float,
+                   metavar="S", help=every_help)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    lake = sub.add_parser("lake", help="move runs between a file and a lake; lake upkeep")
+    lsub = lake.add_subparsers(dest="lake_command", metavar="COMMAND", required=True)
+    imp = lsub.add_parser("import", help="copy a finished run file's runs into a lake")
+    imp.add_argument("file", type=store_arg, help="run file (.duckdb or run directory)")
+    imp.add_argument("lake", type=store_arg, help="lake (ducklake:sqlite:… or "
+                                                  "ducklake:postgres:…), created if missing")
+    imp.add_argument("--run-id", action="append", help="only this run (repeatable)")
+    add_data_path(imp)
+    imp.set_defaults(handler=cmd_import)
+    exp = lsub.add_parser("export", help="copy runs of a lake into a new run file")
+    exp.add_argument("lake", type=store_arg, help="lake (ducklake:…)")
+    exp.add_argument("file", type=store_arg, help="run file to create (.duckdb)")
+    exp.add_argument("--run-id", action="append", help="only this run (repeatable)")
+    exp.set_defaults(handler=cmd_export)
+    mt = lsub.add_parser("maintain", help="retention and compaction of a store, once or on a "
+                                          "timer, beside the writers")
+    mt.add_argument("store", type=store_arg, help=STORE_HELP)
+    add_upkeep_options(mt, every_help="repeat every S seconds until interrupted")
+    mt.set_defaults(handler=cmd_maintain)

@@ -1,0 +1,219 @@
+"""Moving runs between a DuckDB file and a lake, and keeping a lake small and young.
+
+``copy_runs`` copies a store's runs into another store of either kind: a laptop capture into
+the cluster lake, or one run of the lake home as a file. The views read the same rows on both.
+
+``maintain`` is one pass of upkeep: retention first (drop what is older than ``retain_s``),
+then DuckLake's own compaction: merge the small Parquet files that group commits leave,
+expire snapshots older than ``keep_snapshots_s`` and delete the files nothing refers to any
+more. Each step is its own short transaction, retried when it loses a race with a writer, so
+writers and readers go on meanwhile (readers keep reading the snapshot they started on).
+Expiring a snapshot forgets its author: rows stay, their writer id goes with the snapshot
+(``keep_snapshots_s`` bounds how long attribution lasts). ``Maintenance`` runs it on a timer
+in a background thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from rolloutscope.store import lake as _lake
+from rolloutscope.store.errors import StoreError
+from rolloutscope.store.schema import BATCH_TABLES, COLUMNS, RUN_COLUMNS
+from rolloutscope.store.store import RunStore
+
+log = logging.getLogger(__name__)
+
+SRC = "rs_src"
+
+
+class RunCollisionError(StoreError):
+    """The destination already holds a run being copied in."""
+
+
+def _attach_source(con: duckdb.DuckDBPyConnection, source: str | Path | _lake.LakeSpec) -> None:
+    if _lake.is_lake(source):
+        spec = _lake.parse(source)
+        if not spec.exists():
+            raise StoreError(f"{spec}: the lake's catalog {spec.target} does not exist")
+        _lake.load_extensions(con, spec.catalog)
+        con.execute(f"ATTACH '{_lake._quote(spec.attach_target)}' AS {SRC} (READ_ONLY)")
+    else:
+        with RunStore(source, read_only=True) as src:  # checks it is a run store
+            path = src.path
+        con.execute(f"ATTACH '{_lake._quote(str(path))}' AS {SRC} (READ_ONLY)")
+
+
+def copy_runs(source: str | Path | _lake.LakeSpec, dest: str | Path | _lake.LakeSpec, *,
+              run_ids: Sequence[str] | None = None,
+              data_path: str | Path | None = None) -> list[str]:
+    """Copy ``run_ids`` (default: every run) of ``source`` into ``dest`` (created if
+    needed); returns the runs copied. Refuses a run the destination already holds."""
+    if str(_lake.parse(source) if _lake.is_lake(source) else Path(source).resolve()) == str(
+            _lake.parse(dest) if _lake.is_lake(dest) else Path(dest).resolve()):
+        raise StoreError("the source and the destination are the same store")
+    with RunStore(dest, data_path=data_path) as store:
+        cur = store.new_cursor()
+        try:
+            _attach_source(cur, source)
+            have = set(store.run_ids())
+            offered = [r[0] for r in cur.execute(
+                f"SELECT run_id FROM (SELECT run_id FROM {SRC}.runs UNION "
+                f"SELECT DISTINCT run_id FROM {SRC}.spans) WHERE run_id IS NOT NULL "
+                f"ORDER BY 1").fetchall()]
+            wanted = list(offered if run_ids is None else run_ids)
+            unknown = sorted(set(wanted) - set(offered))
+            if unknown:
+                raise StoreError(f"{source} holds no run {', '.join(unknown)}; runs: "
+                                 f"{', '.join(offered) or 'none'}")
+            clash = sorted(set(wanted) & have)
+            if clash:
+                raise RunCollisionError(f"{dest} already holds run {', '.join(clash)}: "
+                                        f"nothing copied")
+            if not wanted:
+                return []
+
+            def work(c: duckdb.DuckDBPyConnection) -> None:
+                if store.is_lake:
+                    _lake.stamp_commit(c, store.writer_id, f"copied from {source}")
+                c.execute("CREATE OR REPLACE TEMP TABLE rs_wanted (run_id VARCHAR)")
+                c.executemany("INSERT INTO rs_wanted VALUES (?)", [[r] for r in wanted])
+                for table in BATCH_TABLES:
+                    cols = ", ".join(COLUMNS[table])
+                    c.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {SRC}.{table} "
+                              f"WHERE run_id IN (SELECT run_id FROM rs_wanted)")
+                cols = ", ".join(RUN_COLUMNS)
+                select = (f"SELECT {cols} FROM {SRC}.runs "
+                          f"WHERE run_id IN (SELECT run_id FROM rs_wanted)")
+                if store.is_lake:
+                    c.execute(f"INSERT INTO run_records ({cols}, recorded_ns, writer_id) "
+                              f"SELECT *, ?, ? FROM ({select})",
+                              [time.time_ns(), store.writer_id])
+                else:
+                    c.execute(f"INSERT INTO runs ({cols}) {select}")
+
+            if store.is_lake:
+                _lake.with_retries(cur, work)
+            else:
+                cur.execute("BEGIN")
+                work(cur)
+                cur.execute("COMMIT")
+            return wanted
+        except duckdb.Error as exc:
+            raise StoreError(f"copying {source} into {dest}: {exc}") from exc
+        finally:
+            cur.close()
+
+
+# -- upkeep ------------------------------------------------------------------------------------
+# The time each batch table's rows are aged by.
+_AGE = {"spans": "coalesce(end_ns, start_ns)", "open_spans": "start_ns",
+        "span_events": "ts_ns", "metrics": "ts_ns", "logs": "ts_ns"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class MaintenanceReport:
+    deleted_rows: dict[str, int]
+    files_before: int
+    files_after: int
+    seconds: float
+
+    def line(self) -> str:
+        dropped = sum(self.deleted_rows.values())
+        return (f"retention dropped {dropped:,} row(s); data files {self.files_before} -> "
+                f"{self.files_after}; {self.seconds:.2f} s")
+
+
+def _data_files(cur: duckdb.DuckDBPyConnection) -> int:
+    return int(cur.execute(
+        f"SELECT coalesce(sum(file_count), 0) FROM ducklake_table_info('{_lake.ALIAS}')"
+    ).fetchall()[0][0])
+
+
+def maintain(store: RunStore, *, retain_s: float | None = None,
+             keep_snapshots_s: float = 3600.0, now_ns: int | None = None) -> MaintenanceReport:
+    """One pass of retention and compaction (see the module doc). ``now_ns`` is the clock
+    retention counts back from (default: the wall clock)."""
+    store._require_writable()
+    t0 = time.perf_counter()
+    now_ns = time.time_ns() if now_ns is None else now_ns
+    cur = store.new_cursor()
+    deleted: dict[str, int] = {}
+    try:
+        files_before = _data_files(cur) if store.is_lake else 0
+        if retain_s is not None:
+            if retain_s <= 0:
+                raise StoreError(f"retention must be positive, not {retain_s}")
+            cutoff = now_ns - int(retain_s * 1e9)
+            for table, age in _AGE.items():
+                deleted[table] = _delete(store, cur, f"DELETE FROM {table} WHERE {age} < ?",
+                                         [cutoff])
+            deleted["span_links"] = _delete(
+                store, cur, "DELETE FROM span_links l WHERE NOT EXISTS (SELECT 1 FROM spans s "
+                "WHERE s.trace_id = l.trace_id AND s.span_id = l.span_id)", [])
+        if not store.is_lake:
+            cur.execute("CHECKPOINT")
+            return MaintenanceReport(deleted_rows=deleted, files_before=0, files_after=0,
+                                     seconds=time.perf_counter() - t0)
+        lake = _lake.ALIAS
+        keep = f"INTERVAL '{int(keep_snapshots_s)} seconds'"
+        for call in (f"CALL ducklake_flush_inlined_data('{lake}')",
+                     f"CALL ducklake_merge_adjacent_files('{lake}')",
+                     f"CALL ducklake_expire_snapshots('{lake}', older_than => now() - {keep})",
+                     f"CALL ducklake_cleanup_old_files('{lake}', older_than => now() - {keep})"):
+            _lake.with_retries(cur, lambda c, sql=call: c.execute(sql).fetchall())
+        return MaintenanceReport(deleted_rows=deleted, files_before=files_before,
+                                 files_after=_data_files(cur),
+                                 seconds=time.perf_counter() - t0)
+    finally:
+        cur.close()
+
+
+def _delete(store: RunStore, cur: duckdb.DuckDBPyConnection, sql: str, params: list) -> int:
+    out: list[int] = []
+
+    def work(c: duckdb.DuckDBPyConnection) -> None:
+        out[:] = [c.execute(sql, params).fetchall()[0][0]]
+
+    if store.is_lake:
+        _lake.with_retries(cur, work)
+    else:
+        work(cur)
+    return out[0] if out else 0
+
+
+class Maintenance:
+    """``maintain`` every ``every_s`` seconds in a daemon thread, until ``stop()``."""
+
+    def __init__(self, store: RunStore, *, every_s: float, retain_s: float | None = None,
+                 keep_snapshots_s: float = 3600.0) -> None:
+        if every_s <= 0:
+            raise StoreError(f"maintenance interval must be positive, not {every_s}")
+        self._store, self.every_s = store, every_s
+        self._kw = {"retain_s": retain_s, "keep_snapshots_s": keep_snapshots_s}
+        self._stop = threading.Event()
+        self.passes = 0
+        self.last: MaintenanceReport | None = None
+        self._thread = threading.Thread(target=self._run, name="rolloutscope-lake-upkeep",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                self.last = maintain(self._store, **self._kw)
+                self.passes += 1
+            except Exception as exc:  # noqa: BLE001 - upkeep never stops the collector
+                log.warning("lake upkeep failed (tried again in %.0f s): %s", self.every_s,
+                            exc)
+
+    def stop(self, timeout: float | None = 60.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
