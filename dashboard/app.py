@@ -23,24 +23,20 @@ import panel as pn
 from rolloutscope.store import RunStore
 from rolloutscope.dashboard.auth import TokenAuthProvider
 from rolloutscope.dashboard.datastore import DataStore
+from rolloutscope.dashboard.deeplink import follow_link
 from rolloutscope.dashboard.defaults import DEFAULT_ADDRESS, DEFAULT_PORT
-from rolloutscope.dashboard.views import (
-    CSS,
-    Checkpoints,
-    Fleet,
-    IncidentDetail,
-    Overview,
-    Rollouts,
-    Timeline,
-)
+from rolloutscope.dashboard.incident_view import IncidentDetail
+from rolloutscope.dashboard.time_views import Fleet, Timeline
+from rolloutscope.dashboard.views import CSS, Checkpoints, Overview, Rollouts
 from rolloutscope.dashboard.trace_view import Traces
 from rolloutscope.dashboard.replay_view import Replay
+from rolloutscope.dashboard.diff_view import Diff
 
 log = logging.getLogger(__name__)
 
 REFRESH_MS = 1500  # live refresh period: inside the 1-2 s the views promise
 TAB_NAMES = ("Overview", "Timeline", "Checkpoints", "Fleet", "Rollouts", "Traces", "Incident",
-             "Replay")
+             "Replay", "Diff")
 
 
 @dataclass
@@ -57,18 +53,20 @@ class Dashboard:
     incident: IncidentDetail
 
     replay: Replay | None = None
+    diff: Diff | None = None
 
     @classmethod
-    def over(cls, data: DataStore) -> Dashboard:
+    def over(cls, data: DataStore, *, compare: RunStore | None = None) -> Dashboard:
+        """``compare``: another store whose runs the Replay and Diff tabs offer."""
         return cls(data, Overview(data), Timeline(data), Checkpoints(data), Fleet(data),
                    Rollouts(data), Traces(data, shown=False), IncidentDetail(data),
-                   Replay(data))
+                   Replay(data, after_store=compare), Diff(data, other_store=compare))
 
     def views(self) -> list:
         """The views in tab order (``TAB_NAMES``)."""
         out = [self.overview, self.timeline, self.checkpoints, self.fleet, self.rollouts,
                self.traces, self.incident]
-        return out + ([self.replay] if self.replay is not None else [])
+        return out + [v for v in (self.replay, self.diff) if v is not None]
 
 
 def _status_bar(data: DataStore) -> pn.Row:
@@ -82,15 +80,36 @@ def _status_bar(data: DataStore) -> pn.Row:
     data.param.watch(lambda *_: setattr(title, "object", title_text()), "run_id")
     items: list = [title, pn.HSpacer()]
     if len(data.param.run_id.objects) > 1 or data.live:
-        picker = pn.widgets.Select.from_param(data.param.run_id, label="run", width=240,
-                                              visible=len(data.param.run_id.objects) > 1)
+        # no label above it: the bar stays one line high and never covers the tabs
+        picker = pn.widgets.Select.from_param(data.param.run_id, name="", width=360,
+                                              visible=len(data.param.run_id.objects) > 1,
+                                              margin=(6, 10))
         # a live collector's second run shows the picker
         data.param.watch(lambda e: setattr(picker, "visible", len(e.new) > 1),
                          "run_id", what="objects")
         items.insert(1, picker)
+    shown = pn.pane.HTML(stylesheets=[CSS], margin=(12, 6))
+    whole = pn.widgets.Button(label="Whole run", width=100, margin=(6, 10),
+                              description="show the whole run on every time plot")
+
+    def show_range(*_):
+        rng = data.time_range
+        shown.object = ("<span class='rs-note'>every plot: the whole run</span>" if rng is None
+                        else f"<span class='rs-note'>every plot: {rng[0]:,.1f} s to "
+                             f"{rng[1]:,.1f} s</span>")
+
+    def reset(*_):
+        data.incident = None
+        data.show_range(data.whole_run())
+
+    whole.on_click(reset)
+    data.param.watch(show_range, "time_range")
+    show_range()
+    items += [shown, whole]
     if data.live:
-        pause = pn.widgets.Toggle.from_param(data.param.paused, label="Pause refresh", width=130)
-        timing = pn.pane.HTML(stylesheets=[CSS])
+        pause = pn.widgets.Toggle.from_param(data.param.paused, label="Pause refresh", width=130,
+                                             margin=(6, 10))
+        timing = pn.pane.HTML(stylesheets=[CSS], margin=(12, 6))
 
         def show_timing(*_):
             timing.object = (f"<span class='rs-note'>live, every {REFRESH_MS / 1000:g} s; "
@@ -99,15 +118,17 @@ def _status_bar(data: DataStore) -> pn.Row:
         data.param.watch(show_timing, "last_refresh_ms")
         show_timing()
         items += [timing, pause]
-    return pn.Row(*items, sizing_mode="stretch_width", height=40)
+    return pn.Row(*items, sizing_mode="stretch_width", height=44)
 
 
 def build_app(store: RunStore, *, live: bool, run_id: str | None = None,
-              refresh_ms: int = REFRESH_MS, waiting_for: str | None = None) -> pn.Column:
+              refresh_ms: int = REFRESH_MS, waiting_for: str | None = None,
+              link: dict | None = None, compare: RunStore | None = None) -> pn.Column:
     """The whole dashboard over ``store`` for one session (a served page or a notebook cell).
-    ``waiting_for`` names where a live collector listens, for the page before its first span."""
+    ``waiting_for`` names where a live collector listens, for the page before its first span;
+    ``link``: query parameters to open on (``deeplink``; a served page reads its URL's)."""
     data = DataStore(store, run_id=run_id, live=live, waiting_for=waiting_for)
-    dash = Dashboard.over(data)
+    dash = Dashboard.over(data, compare=compare)
     views = dash.views()
     tabs = pn.Tabs(*zip(TAB_NAMES, views), dynamic=True, sizing_mode="stretch_width")
 
@@ -132,6 +153,10 @@ def build_app(store: RunStore, *, live: bool, run_id: str | None = None,
     data.param.watch(follow_trace, "trace_id")
     app = pn.Column(_status_bar(data), tabs, sizing_mode="stretch_width")
     app.dashboard = dash  # for notebooks and tests: the views and their DataStore
+    served = pn.state.curdoc is not None and pn.state.curdoc.session_context is not None
+    app.link = follow_link(data, tabs, TAB_NAMES[:len(views)], link if link is not None else
+                           (pn.state.session_args if served else None),
+                           location=pn.state.location if served else None)
     if live:
         cb = pn.state.add_periodic_callback(data.tick, period=refresh_ms)
         if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
@@ -223,12 +248,14 @@ def start_dashboard(store: RunStore, *, port: int = 0, address: str = DEFAULT_AD
 def serve_dashboard(store: RunStore, *, port: int = DEFAULT_PORT,
                     address: str = DEFAULT_ADDRESS, live: bool, show: bool = False,
                     run_id: str | None = None,
-                    on_ready: Callable[[str], None] | None = None) -> None:
+                    on_ready: Callable[[str], None] | None = None,
+                    compare: RunStore | None = None) -> None:
     """Serve the dashboard in this thread until interrupted (the CLI's foreground mode)."""
     if port:
         _require_free(address, port)
     port = port or free_port(address)
-    server = pn.serve(_factory(store, live=live, run_id=run_id, refresh_ms=REFRESH_MS),
+    server = pn.serve(_factory(store, live=live, run_id=run_id, refresh_ms=REFRESH_MS,
+                               compare=compare),
                       port=port, address=address, show=False, start=False,
                       allow_websocket_origin=websocket_origins(address, port),
                       title="rolloutscope", verbose=False)
@@ -246,11 +273,11 @@ def serve_dashboard(store: RunStore, *, port: int = DEFAULT_PORT,
 
 
 def _factory(store: RunStore, *, live: bool, run_id: str | None, refresh_ms: int,
-             waiting_for: str | None = None):
+             waiting_for: str | None = None, compare: RunStore | None = None):
     def app():
         _quiet_closed_sockets()
         return build_app(store, live=live, run_id=run_id, refresh_ms=refresh_ms,
-                         waiting_for=waiting_for)
+                         waiting_for=waiting_for, compare=compare)
     return app
 
 

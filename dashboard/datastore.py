@@ -30,6 +30,7 @@ A store with no run yet (a collector before its first span) is a state, not an e
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Mapping
@@ -41,8 +42,14 @@ import param
 
 from rolloutscope.store import RunStore
 from rolloutscope.store.errors import StoreError
+from rolloutscope.vocabulary import SpanName
 
-from rolloutscope.dashboard.timeline_plot import group_rollout_ids
+from rolloutscope.dashboard.timeline_plot import (
+    EVENT_COLUMNS,
+    SPAN_COLUMNS,
+    group_rollout_ids,
+    pad_range,
+)
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +125,20 @@ ROLLOUT_FILTERS = {
     "open": "rollouts with a try still running",
 }
 OUTCOMES = ["open", "committed", "finished", "failed", "cancelled"]
+# spans no model view holds that tell an incident's story, read around it on demand: what made
+# progress (train steps), what held it (a hung weight sync) and what a replay injected
+CONTEXT_SPANS: dict[str, tuple[str, ...]] = {
+    "stall": (SpanName.RL_TRAIN_STEP, SpanName.RL_WEIGHT_SYNC),
+    "stale_weights_serving": (SpanName.RL_WEIGHT_SYNC,),
+    "lease_expired": (SpanName.RL_TRAIN_STEP,),
+}
+ALWAYS_CONTEXT = (SpanName.FAULT,)
+CONTEXT_LANES = {SpanName.RL_TRAIN_STEP: "train steps", SpanName.RL_WEIGHT_SYNC: "weight syncs",
+                 SpanName.RL_STALL_WATCHDOG_TICK: "stall watchdog",
+                 SpanName.FAULT: "injected faults"}
+MAX_CONTEXT_SPANS = 400
+# attributes every span carries that say nothing about this one
+NOISE_ATTRIBUTES = ("nemo.run.id", "rolloutscope.replay.scenario")
 FAILURE_CLASSES = ["any", "infra", "data"]
 MAX_ROLLOUT_LANES = 120
 
@@ -128,6 +149,10 @@ def _empty(spec: ViewSpec) -> pd.DataFrame:
 
 class DataStore(param.Parameterized):
     """The run a dashboard shows, its view rows, and what the user selected."""
+
+    # derived selections are remembered until their frames change (off: each element derives
+    # its own, as the dashboard did before; benchmarks/bench_render.py's baseline)
+    remember_derived = True
 
     run_id = param.Selector(default=None, objects=[], doc="the run shown")
     incident = param.String(default=None, allow_None=True, doc="selected incident_id")
@@ -163,12 +188,34 @@ class DataStore(param.Parameterized):
         self.frame_versions: dict[str, int] = dict.fromkeys(VIEWS, 0)
         self.config: dict = {}
         self.last_refresh_by_view = {}
+        self._contexts: dict[tuple, tuple[pd.DataFrame, pd.DataFrame]] = {}
+        # derived selections (lanes, grouped ids), reused until a frame or a filter changes:
+        # a first render asks for them from several elements, each a pass over every try
+        self._derived: dict[tuple, object] = {}
+        self._registered: tuple[str, ...] | None = None  # the runs table, as last read live
+        self._range_source: object = None
+        self.range_is_incident = False  # time_range is an incident's window, not a zoom
         runs = store.run_ids()
         self.param.run_id.objects = runs
-        self.run_id = run_id or (runs[-1] if runs else None)
+        self.run_id = run_id or self.default_run(runs)
         self.refresh(full=True)
         self._default_filter()
         self.param.watch(self._on_run, "run_id")
+        self.param.watch(self._on_incident, "incident")
+
+    def default_run(self, runs: list[str]) -> str | None:
+        """The run a session opens on: the newest capture, not a replay of one written into
+        the same file (``rolloutscope demo`` and ``replay --out RUN.duckdb`` add those)."""
+        if not runs:
+            return None
+        try:
+            children = {r for (r,) in self.store.query(
+                "SELECT run_id FROM runs WHERE parent_run_id IS NOT NULL "
+                "AND parent_run_id IN (SELECT run_id FROM runs)")}
+        except StoreError:
+            children = set()
+        roots = [r for r in runs if r not in children]
+        return (roots or runs)[-1]
 
     def _typed_empty(self, spec: ViewSpec) -> pd.DataFrame:
         """The view's frame with no rows: its columns and types, from the store itself."""
@@ -201,7 +248,7 @@ class DataStore(param.Parameterized):
         if not runs:
             return False
         self.param.run_id.objects = runs
-        self.run_id = runs[-1]  # its watcher reads the run in full
+        self.run_id = self.default_run(runs)  # its watcher reads the run in full
         self._default_filter()
         return True
 
@@ -287,10 +334,18 @@ class DataStore(param.Parameterized):
         if full:
             self.config = self.store.run_config(self.run_id)
             self._run_moved()  # what a full read covered: the next look compares against it
-            if self.live:  # runs that started since: the run picker offers them
+        if self.live:
+            # runs that started since (one small read a tick): the run picker offers them and
+            # the Replay tab picks up a replay written beside its capture (the demo's fix
+            # replays) at once, not at the next full reload
+            registered = tuple(r for (r,) in self.store.query(
+                "SELECT run_id FROM runs ORDER BY run_id"))
+            if full or registered != self._registered:
+                self._registered = registered
                 runs = self.store.run_ids()
                 if runs != list(self.param.run_id.objects):
                     self.param.run_id.objects = runs
+                    full = True  # every view's revision moves
         self._watermark = self.last_seen_ns()
         self.last_refresh_ms = (time.perf_counter() - t) * 1e3
         if changed or full:
@@ -356,7 +411,125 @@ class DataStore(param.Parameterized):
         self._watermark = None
         self._ticks = 0
         self._run_mark = None
+        self._contexts = {}
         self.refresh(full=True)
+
+    # -- the time range every time plot shows -------------------------------------------------
+    def show_range(self, rng: tuple[float, float] | None, *, source: object = None) -> None:
+        """Show ``rng`` (seconds since the run started; None: each plot's default) on every
+        time plot. ``source`` is the view whose plot the user zoomed: it already shows it."""
+        if rng is not None:
+            rng = (round(float(rng[0]), 3), round(float(rng[1]), 3))
+            if not rng[1] > rng[0]:  # also refuses NaN
+                return
+        self._range_source = source
+        if source is not None or rng is None:
+            self.range_is_incident = False  # a zoom, or the default
+        try:
+            self.time_range = rng
+        finally:
+            self._range_source = None
+
+    def range_from(self, view: object) -> bool:
+        """Whether the time range now changing came from ``view``'s own plot."""
+        return self._range_source is view and view is not None
+
+    def whole_run(self) -> tuple[float, float]:
+        return (0.0, max((self.last_seen_ns() - self.origin_ns()) / 1e9, 1.0))
+
+    def _on_incident(self, event) -> None:
+        """Picking an incident brings every time plot onto it; clearing the pick, back to the
+        whole run."""
+        inc = self.selected_incident()
+        rng = self.incident_window(inc) if inc is not None else None
+        rng = tuple(round(v, 3) for v in rng) if rng is not None else None
+        self.range_is_incident = rng is not None
+        if rng == self.time_range:  # the plots still redraw: the highlight moved
+            self.param.trigger("time_range")
+        else:
+            self.show_range(rng)
+            self.range_is_incident = rng is not None
+
+    def incident_window(self, incident: Mapping) -> tuple[float, float]:
+        """The seconds that show an incident: its own interval and its evidence bars (within a
+        few times its length of it: a shard's dead stay runs to the end of the run), padded."""
+        t0, now = self.origin_ns(), self.last_seen_ns()
+        start = int(incident["start_ns"])
+        end = int(incident["end_ns"]) if pd.notna(incident.get("end_ns")) else now
+        reach = max(5 * (end - start), 120 * 10**9)
+        lo, hi = start, end
+        ev = self.evidence(incident)
+        if ev:
+            for name in ("rollout_attempts", "parked_intervals", "checkpoint_ops",
+                         "shard_states", "checkpoint_windows"):
+                df = self.frames[name]
+                if not len(df) or "span_id" not in df:
+                    continue
+                rows = df[df.span_id.isin(ev)]
+                if len(rows):
+                    lo = min(lo, max(int(rows.start_ns.min()), start - reach))
+                    hi = max(hi, min(int(rows.end_ns.fillna(now).max()), end + reach))
+        return pad_range((lo - t0) / 1e9, (hi - t0) / 1e9)
+
+    # -- what an incident's evidence and context are, beyond the model views ------------------
+    def incident_context(self, incident: Mapping, window: tuple[float, float]
+                         ) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """Spans and events that tell an incident's story and that no model view holds: its
+        evidence spans found only in all_spans (a watchdog tick, an HTTP request), their
+        events (the watchdog's stall line), and around it the spans ``CONTEXT_SPANS`` names for
+        its kind (train steps, weight syncs) and any injected fault. Read on demand, once per
+        incident and window; SPAN_COLUMNS and EVENT_COLUMNS frames."""
+        key = (self.run_id, str(incident["incident_id"]), window,
+               self.frame_versions["incidents"])
+        if key in self._contexts:
+            return self._contexts[key]
+        t0 = self.origin_ns()
+        lo, hi = t0 + int(window[0] * 1e9), t0 + int(window[1] * 1e9)
+        known = set()
+        ev = self.evidence(incident)
+        for df in self.frames.values():
+            if len(df) and "span_id" in df and ev:
+                known |= set(df.span_id[df.span_id.isin(ev)].astype(str))
+        outside = sorted(ev - known)
+        names = list(dict.fromkeys(CONTEXT_SPANS.get(str(incident["kind"]), ())
+                                   + ALWAYS_CONTEXT))
+        cols = "span_id, name, service, start_ns, end_ns, status_code, attributes"
+        parts = []
+        if outside:
+            parts.append(self.store.query_df(
+                f"SELECT {cols}, true AS evidence FROM all_spans WHERE run_id = ? "
+                "AND span_id IN (SELECT unnest(?::VARCHAR[]))", [self.run_id, outside]))
+        parts.append(self.store.query_df(
+            f"SELECT {cols}, false AS evidence FROM all_spans WHERE run_id = ? "
+            "AND name IN (SELECT unnest(?::VARCHAR[])) AND start_ns <= ? "
+            "AND coalesce(end_ns, ?) >= ? ORDER BY start_ns LIMIT ?",
+            [self.run_id, names, hi, hi, lo, MAX_CONTEXT_SPANS]))
+        found = pd.concat([p for p in parts if len(p)] or [parts[-1]], ignore_index=True)
+        found = found.drop_duplicates("span_id")
+        events = pd.DataFrame(columns=["span_id", "name", "ts_ns", "attributes"])
+        with_events = list(found.span_id[found.evidence | (found.name == SpanName.FAULT)])
+        if with_events:
+            events = self.store.query_df(
+                "SELECT span_id, name, ts_ns, attributes FROM all_events WHERE run_id = ? "
+                "AND span_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY ts_ns",
+                [self.run_id, with_events])
+        lane = found.name.map(CONTEXT_LANES).fillna(found.name)
+        spans = pd.DataFrame({
+            "lane": lane.astype(str), "name": found.name.astype(str),
+            "start_ns": found.start_ns, "end_ns": found.end_ns,
+            "span_id": found.span_id.astype(str),
+            "detail": [attribute_text(a) for a in found.attributes],
+            "status": found.status_code.fillna("").astype(str)}, columns=SPAN_COLUMNS)
+        span_lane = dict(zip(spans.span_id, spans.lane))
+        ev_rows = pd.DataFrame({
+            "lane": events.span_id.map(span_lane).astype(str) if len(events) else [],
+            "name": events.name.astype(str) if len(events) else [],
+            "ts_ns": events.ts_ns if len(events) else [],
+            "detail": [attribute_text(a) for a in events.attributes] if len(events) else []},
+            columns=EVENT_COLUMNS)
+        out = (spans, ev_rows)
+        self._contexts = {key: out}  # one incident at a time is on screen
+        return out
 
     # -- what the views ask ------------------------------------------------------------------
     def view(self, name: str) -> pd.DataFrame:
@@ -401,11 +574,35 @@ class DataStore(param.Parameterized):
             return frozenset()
         return frozenset(str(e) for e in _listish(incident.get("evidence")))
 
+    def derived(self, what: tuple, frames: tuple[str, ...], compute):
+        """``compute()``, remembered for ``what`` until one of ``frames`` (or the run)
+        changes."""
+        key = (what, self.run_id, *(self.frame_versions[f] for f in frames))
+        if not self.remember_derived:
+            return compute()
+        if key not in self._derived:
+            if len(self._derived) > 64:
+                self._derived.clear()
+            self._derived[key] = compute()
+        return self._derived[key]
+
+    def grouped_rollout_ids(self, name: str) -> pd.Series:
+        """``group_rollout_ids`` of a Gym-side frame (parked intervals, completions)."""
+        return self.derived(("grouped", name), (name, "rollout_attempts"),
+                            lambda: group_rollout_ids(self.frames[name],
+                                                      self.frames["rollout_attempts"]))
+
     def incident_rollouts(self, incident_id: str | None = None) -> set[str]:
         """Rollouts an incident names (``incident_id``, else the selected one, else every
         incident): through an evidence span, or as its subject."""
-        inc = self.frames["incidents"]
         incident_id = incident_id or self.incident
+        return set(self.derived(("incident_rollouts", incident_id),
+                                ("incidents", "rollout_attempts", "deadlines",
+                                 "parked_intervals", "completions"),
+                                lambda: self._incident_rollouts(incident_id)))
+
+    def _incident_rollouts(self, incident_id: str | None) -> set[str]:
+        inc = self.frames["incidents"]
         if incident_id:
             inc = inc[inc.incident_id.astype(str) == incident_id]
         spans = {str(e) for ev in inc.evidence for e in _listish(ev)}
@@ -414,7 +611,7 @@ class DataStore(param.Parameterized):
         for name in ("rollout_attempts", "deadlines", "parked_intervals", "completions"):
             df = self.frames[name]
             if len(df) and "span_id" in df:
-                ids = group_rollout_ids(df, attempts) \
+                ids = self.grouped_rollout_ids(name) \
                     if name in ("parked_intervals", "completions") else df.rollout_id
                 out.update(ids[df.span_id.isin(spans)].dropna().astype(str))
         subjects = set(inc.subject.dropna().astype(str))
@@ -425,6 +622,13 @@ class DataStore(param.Parameterized):
 
     def rollout_lanes(self, cap: int = MAX_ROLLOUT_LANES) -> tuple[list[str], int]:
         """The rollout lanes the timeline draws under the current filter, and how many match."""
+        ids, total = self.derived(
+            ("rollout_lanes", cap, self.rollout_filter, self.failure_class, self.incident),
+            ("rollout_attempts", "parked_intervals", "incidents", "deadlines", "completions"),
+            lambda: self._rollout_lanes(cap))
+        return list(ids), total
+
+    def _rollout_lanes(self, cap: int) -> tuple[list[str], int]:
         att = self.frames["rollout_attempts"]
         mode = self.rollout_filter
         if mode == "in incidents":
@@ -546,6 +750,20 @@ class DataStore(param.Parameterized):
                                   errors="ignore")
             return {k: v for k, v in row.items() if pd.notna(v)}
         return {}
+
+
+def attribute_text(attributes: object, limit: int = 6) -> str:
+    """A span's or event's attributes as ``key=value`` pairs, the common ones left out."""
+    if attributes is None or (isinstance(attributes, float) and pd.isna(attributes)):
+        return ""
+    try:
+        attrs = json.loads(attributes) if isinstance(attributes, str) else dict(attributes)
+    except (ValueError, TypeError):
+        return str(attributes)[:200]
+    pairs = [f"{k.rsplit('.', 1)[-1] if k.startswith('nemo.') else k}={v}"
+             for k, v in attrs.items() if k not in NOISE_ATTRIBUTES]
+    more = f" (+{len(pairs) - limit})" if len(pairs) > limit else ""
+    return ", ".join(pairs[:limit]) + more
 
 
 def _fmt_s(seconds) -> str:

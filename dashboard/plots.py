@@ -107,32 +107,56 @@ def transitions_table(shards: pd.DataFrame, t0_ns: int) -> pd.DataFrame:
     })
 
 
+def _streaks(shards: pd.DataFrame) -> pd.DataFrame:
+    g = shards.groupby("shard_idx")
+    return pd.DataFrame({"probe": g.probe_failures.max(),
+                         "reported": g.reported_failures.max()}).fillna(0)
+
+
+def quiet_shards(shards: pd.DataFrame) -> int:
+    """Shards whose probe and reported failure streaks never left zero."""
+    if not len(shards):
+        return 0
+    d = _streaks(shards)
+    return int(((d.probe == 0) & (d.reported == 0)).sum())
+
+
 def failure_streaks(shards: pd.DataFrame) -> hv.Bars:
-    """Probe failures against reported failures per shard (the worst streak each reached).
+    """Probe failures against reported failures per shard (the worst streak each reached), for
+    the shards that failed at all, one row per shard (readable at dozens of shards).
 
     A wedged engine shows reported failures with no probe failures (P5, docs/domain/incidents.md).
     """
     if len(shards):
-        g = shards.groupby("shard_idx")
-        d = pd.DataFrame({"probe": g.probe_failures.max(), "reported": g.reported_failures.max()})
-        d = d.fillna(0).reset_index().melt(id_vars="shard_idx", var_name="source",
-                                          value_name="failures")
+        d = _streaks(shards)
+        d = d[(d.probe > 0) | (d.reported > 0)]
+        d = d.reset_index().melt(id_vars="shard_idx", var_name="source",
+                                 value_name="failures")
         d["shard"] = "shard " + d.shard_idx.astype(int).astype(str)
-        d = d[["shard", "source", "failures"]]
+        d = d[["shard", "source", "failures"]].astype({"failures": "float64"})
     else:
         d = pd.DataFrame({"shard": [], "source": [], "failures": []})
     # colour per source; categorize() fails on an empty frame, so a constant then
     color = (hv.dim("source").categorize({"probe": style.INFO, "reported": style.ERROR})
              if len(d) else style.INFO)
+    rows = max(d.shard.nunique(), 1)
     return hv.Bars(d, ["shard", "source"], hv.Dimension("failures", label="worst streak")).opts(
-        color=color,
-        height=220, responsive=True, tools=["hover"], xrotation=0, show_legend=False,
-        title="probe vs reported failure streaks")
+        color=color, invert_axes=True, multi_level=False, show_legend=False,
+        height=int(min(max(rows * 34 + 70, 150), 700)), responsive=True,
+        tools=["hover"], show_grid=True, ylabel="", fontsize={"yticks": "9pt", "xticks": "9pt"})
+
+
+def fleet_samples(samples: pd.DataFrame, t0_ns: int) -> pd.DataFrame:
+    """The fleet's serving shards as the watchdog sampled them (gen_fleet/serving_shards), as
+    (t, serving) steps: the fleet's line for a run recorded without shard stays."""
+    s = samples[samples.fleet_serving.notna()].sort_values("ts_ns")
+    return pd.DataFrame({"t": ((s.ts_ns - t0_ns) / S).to_numpy(dtype="float64"),
+                         "serving": s.fleet_serving.to_numpy(dtype="float64")})
 
 
 def router_samples(samples: pd.DataFrame, t0_ns: int) -> pd.DataFrame:
     """Router serving backends as (t, serving) steps for the serving plot."""
-    s = samples.sort_values("ts_ns")
+    s = samples[samples.router_serving.notna()].sort_values("ts_ns")
     return pd.DataFrame({"t": ((s.ts_ns - t0_ns) / S).to_numpy(dtype="float64"),
                          "serving": s.router_serving.to_numpy(dtype="float64")})
 
@@ -214,6 +238,10 @@ def overlap_plot(overlaps: pd.DataFrame) -> hv.Overlay:
                   ["x", "y"], ["row", "detail"], label="deadline fired")
         .opts(marker="x", size=14, line_width=3, color=style.ERROR, tools=["hover"]),
     ]).opts(hv.opts.Overlay(yticks=[(v, k) for k, v in y.items()], height=h, responsive=True,
-                            legend_position="top", legend_cols=3, show_grid=True, ylabel="",
-                            fontsize={"yticks": "8pt", "legend": "8pt"},
-                            title="rollout deadlines against the snapshots they crossed"))
+                            show_legend=False, show_grid=True, ylabel="",
+                            fontsize={"yticks": "9pt", "xticks": "9pt"}))
+
+
+OVERLAP_KEY = [("deadline budget", "■", "#c9d6e3"),
+               ("snapshot window (rollout parked)", "■", style.PARKED),
+               ("deadline fired", "✖", style.ERROR)]

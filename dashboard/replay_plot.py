@@ -15,10 +15,11 @@ import numpy as np
 import pandas as pd
 
 from rolloutscope.dashboard import style
+from rolloutscope.dashboard.timeline_plot import frame_hook, short_label
 from rolloutscope.store import runs
 
 HALF = 0.38
-MAX_ROLLOUT_LANES = 60
+MAX_ROLLOUT_LANES = 30
 FIXED_LANES = ("snapshots", "incidents")
 INTERVAL_KINDS = ("try", "parked", "snapshot", "shard_state")
 INSTANT_STYLE = {
@@ -28,16 +29,20 @@ INSTANT_STYLE = {
                        "line_width": 2.5, "size": 11},
     "incident": {"marker": "inverted_triangle", "color": style.WARN, "size": 12},
 }
-TIME = hv.Dimension("t_replay", label="simulated time (s)")
+TIME = hv.Dimension("t_replay", label="time since each run's start (s)")
+Y = "y_replay"  # the y dimension, named apart from every other tab's (Panel links by name)
 TOOLTIPS = [("lane", "@lane"), ("", "@what"), ("", "@detail"), ("from (s)", "@t_replay{0,0.0}"),
             ("to (s)", "@t_end{0,0.0}")]
+MARK_TOOLTIPS = [("lane", "@lane"), ("", "@what"), ("", "@detail"), ("at (s)", "@t_replay{0,0.0}")]
 VERDICT_COLUMNS = ["status", "kind", "subject", "before (s)", "after (s)", "summary"]
 
 
 def replay_lanes(before: pd.DataFrame, after: pd.DataFrame,
                  cap: int = MAX_ROLLOUT_LANES) -> tuple[tuple[str, ...], int]:
-    """Lanes both sides draw: snapshots, shards, rollouts (first seen first), incidents; and
-    how many rollout lanes there were before the cap."""
+    """Lanes both sides draw: snapshots, shards, rollouts, incidents; and how many rollout
+    lanes there were before the cap. Rollouts where something happened come first (a fired
+    deadline, a parked stay, an unacknowledged completion, a failed try, on either side: what a
+    fix changes), then the rest, first seen first."""
     rows = pd.concat([before, after], ignore_index=True)
     rows = rows[rows.lane.notna()]
     first = rows.groupby("lane").start_s.min().sort_values(kind="stable")
@@ -45,7 +50,13 @@ def replay_lanes(before: pd.DataFrame, after: pd.DataFrame,
                     key=lambda s: (len(s), s))
     rollouts = [lane for lane in first.index
                 if lane not in FIXED_LANES and not lane.startswith("shard ")]
-    return ("snapshots", *shards, *rollouts[:cap], "incidents"), len(rollouts)
+    eventful = rows[rows.kind.isin(["deadline_fired", "parked"])
+                    | (rows.kind.eq("completion") & rows.outcome.eq("unacknowledged"))
+                    | (rows.kind.eq("try") & rows.outcome.isin(["failed", "cancelled"]))]
+    marked = set(eventful.lane)
+    ordered = [lane for lane in rollouts if lane in marked] + \
+              [lane for lane in rollouts if lane not in marked]
+    return ("snapshots", *shards, *ordered[:cap], "incidents"), len(rollouts)
 
 
 def _color(kind: str, label: str, outcome: object) -> str:
@@ -96,29 +107,36 @@ def replay_timeline(frame: pd.DataFrame, lanes: tuple[str, ...], *, title: str,
     """One side's timeline; the same layers in the same order whatever the data."""
     top, bottom = 0.5, -len(lanes) + 0.5
     common = dict(xlim=xlim, ylim=(bottom, top), framewise=True)
-    kd = [TIME, "y", "t_end", "y_top"]
+    kd = [TIME, Y, "t_end", "y_top"]
     n = 1 if highlight else 0
-    hl = pd.DataFrame({"t_replay": [highlight[0]] * n if n else [], "y": [bottom] * n,
+    hl = pd.DataFrame({"t_replay": [highlight[0]] * n if n else [], Y: [bottom] * n,
                        "t_end": [highlight[1]] * n if n else [], "y_top": [top] * n},
                       dtype="float64")
     layers = [
         hv.Rectangles(hl, kd, group="Highlight", label="selected incident").opts(
             color=style.INCIDENT_SPAN, alpha=0.25, line_alpha=0, **common),
-        hv.Rectangles(replay_rects(frame, lanes, end_s=xlim[1]), kd,
+        hv.Rectangles(replay_rects(frame, lanes, end_s=xlim[1]).rename(columns={"y": Y}), kd,
                       ["color", "lane", "what", "detail"], group="Intervals").opts(
             color="color", line_color="white", line_width=0.5, tools=["hover"],
             hover_tooltips=TOOLTIPS, **common)]
     for kind, points in replay_instants(frame, lanes).items():
-        layers.append(hv.Points(points, [TIME, "y"], ["lane", "what", "detail"],
-                                label=kind.replace("_", " ")).opts(
-            tools=["hover"], **INSTANT_STYLE[kind], **common))
-    h = int(np.clip(len(lanes) * style.LANE_HEIGHT_PX + 90, 200, 900))
+        layers.append(hv.Points(points.rename(columns={"y": Y}), [TIME, Y],
+                                ["lane", "what", "detail"], label=kind.replace("_", " ")).opts(
+            tools=["hover"], hover_tooltips=MARK_TOOLTIPS, **INSTANT_STYLE[kind], **common))
+    h = style.lane_plot_height(len(lanes)) + 24  # and the title
     return hv.Overlay(layers).opts(hv.opts.Overlay(
-        title=title, yticks=[(-float(i), lane) for i, lane in enumerate(lanes)], ylabel="",
-        height=h, responsive=True, legend_position="top", legend_cols=6, show_grid=True,
-        fontsize={"yticks": "8pt", "legend": "8pt", "title": "10pt"},
+        title=title, yticks=[(-float(i), short_label(lane)) for i, lane in enumerate(lanes)],
+        ylabel="", height=h, responsive=True, show_legend=False, show_grid=True,
+        hooks=[frame_hook],
+        fontsize={"yticks": "9pt", "xticks": "9pt", "title": "10pt"},
         active_tools=["xwheel_zoom", "xpan"],
-        default_tools=["xpan", "xwheel_zoom", "box_zoom", "reset", "save"]))
+        default_tools=["xpan", "xwheel_zoom", "xbox_zoom", "reset", "save"]))
+
+
+REPLAY_KEY = [("try committed", "■", style.ROLLOUT_RUNNING), ("failed", "■", style.ERROR),
+              ("parked", "■", style.PARKED), ("snapshot committed", "■", style.OK),
+              ("deadline fired", "✖", style.ERROR), ("completed", "●", "#2f6f8f"),
+              ("completed, unacknowledged", "○", style.ERROR), ("incident", "▼", style.WARN)]
 
 
 def span_of(before: pd.DataFrame, after: pd.DataFrame) -> tuple[float, float]:

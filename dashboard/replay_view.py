@@ -23,17 +23,19 @@ from rolloutscope.dashboard import replay_plot as rp
 from rolloutscope.dashboard.datastore import DataStore
 from rolloutscope.dashboard.views import (
     CSS,
-    View,
+    TimeView,
     incident_selector,
+    key_pane,
     linked_plots,
     newest_critical,
     text_table,
 )
+from rolloutscope.dashboard.timeline_plot import key_html
 
 PAD_S = 60.0  # simulated seconds shown either side of a selected incident
 
 
-class Replay(View):
+class Replay(TimeView):
     """Before/after timelines of a capture and its replay, incidents reproduced / vanished /
     appeared, and the outcome counts of both."""
 
@@ -55,7 +57,7 @@ class Replay(View):
                                     pagination=None, page_size=None)
         self._note = pn.pane.HTML(stylesheets=[CSS], sizing_mode="stretch_width")
         self._load()
-        streams = [hv.streams.Params(self, ["revision", "after_run"]),
+        streams = [hv.streams.Params(self, ["revision", "after_run", "view_range"]),
                    hv.streams.Params(data, ["incident"])]
         self.before_plot = hv.DynamicMap(self._plot_before, streams=streams)
         self.after_plot = hv.DynamicMap(self._plot_after, streams=streams)
@@ -66,6 +68,7 @@ class Replay(View):
     def _pick_runs(self, after_run: str | None) -> None:
         same_file = self.after_store is self.data.store
         runs = [r for r in self.after_store.run_ids() if not same_file or r != self.data.run_id]
+        self._runs_seen = tuple(runs)
         self.param.after_run.objects = runs
         if after_run is None and runs:
             children = [r for (r,) in self.after_store.query(
@@ -96,7 +99,10 @@ class Replay(View):
         after_incidents = runs.incident_frame(self.after_store, self.after_run)
         self._lanes, self._rollouts = rp.replay_lanes(self._before, self._after)
         self._span = rp.span_of(self._before, self._after)
-        self._verdicts.value = rp.incident_verdicts(self._before_incidents, after_incidents)
+        verdicts = rp.incident_verdicts(self._before_incidents, after_incidents)
+        for side in ("before (s)", "after (s)"):  # blank where the incident was not seen
+            verdicts[side] = [("" if pd.isna(v) else f"{v:,.1f}") for v in verdicts[side]]
+        self._verdicts.value = verdicts
         a = runs.outcome_counts(d.store, d.run_id).as_dict()
         b = runs.outcome_counts(self.after_store, self.after_run).as_dict()
         self._outcomes.value = pd.DataFrame({"outcome": list(a), "before": list(a.values()),
@@ -108,25 +114,54 @@ class Replay(View):
             "rollout lanes; simulated seconds from each run's origin</span>")
 
     def _reload(self, *_) -> None:
+        same_file = self.after_store is self.data.store
+        if same_file and self.after_run is None and tuple(
+                r for r in self.after_store.run_ids() if r != self.data.run_id) != \
+                self._runs_seen:
+            # a live file gained a run (the demo writes its fix replays beside the capture)
+            self._pick_runs(None)
         if self._changed("compare", "incidents", also=(self.after_run,)):
             self._load()
 
+    def first_changed(self, data: DataStore | None = None) -> str | None:
+        """The incident the tab opens on while none is picked: the first one the replay made
+        vanish (what the fix was for), else the newest critical one."""
+        v = self._verdicts.value
+        inc = self._before_incidents
+        if len(v) and len(inc) and "key" in inc:
+            gone = {(k, s) for k, s in zip(v.kind[v.status == "vanished"],
+                                           v.subject[v.status == "vanished"])}
+            rows = inc[[key in gone for key in inc.key]].sort_values("start_s")
+            if len(rows):
+                return str(rows.incident_id.iloc[0])
+        return newest_critical(self.data)
+
     # -- drawing ---------------------------------------------------------------------------
     def _focus(self) -> tuple[tuple[float, float], tuple[float, float] | None]:
-        incident = self.data.incident or newest_critical(self.data)
+        """The range both sides show and the highlight: around the incident picked (or the
+        newest critical one; each side's evidence is its own, so a fixed pad around its start),
+        unless the user zoomed a time plot since; with no incident, the shared range or both
+        runs whole."""
+        d = self.data
+        incident = d.incident or self.first_changed(d)
         inc = self._before_incidents
         rows = inc[inc.incident_id.astype(str) == str(incident)] if incident else inc.iloc[:0]
+        zoomed = d.time_range is not None and not d.range_is_incident
         if not len(rows) or pd.isna(rows.start_s.iloc[0]):
-            return self._span, None
+            return self.xlim(self._span), None
         t = float(rows.start_s.iloc[0])
-        return (max(t - PAD_S, self._span[0]), t + 2 * PAD_S), (t - 1.0, t + 1.0)
+        own = (max(t - PAD_S, self._span[0]), t + 2 * PAD_S)
+        rng = self.xlim(own) if zoomed else own
+        self._shown_range = rng
+        return rng, (t - 1.0, t + 1.0)
 
-    def _plot_before(self, revision, after_run, incident):
+    def _plot_before(self, revision, after_run, view_range, incident):
         xlim, hl = self._focus()
-        return rp.replay_timeline(self._before, self._lanes, title=f"before: {self.data.run_id}",
-                                  xlim=xlim, highlight=hl)
+        return self.watched(rp.replay_timeline(self._before, self._lanes,
+                                               title=f"before: {self.data.run_id}", xlim=xlim,
+                                               highlight=hl))
 
-    def _plot_after(self, revision, after_run, incident):
+    def _plot_after(self, revision, after_run, view_range, incident):
         xlim, hl = self._focus()
         return rp.replay_timeline(self._after, self._lanes, title=f"after: {self.after_run}",
                                   xlim=xlim, highlight=hl)
@@ -135,10 +170,12 @@ class Replay(View):
         controls = pn.Row(
             pn.widgets.Select.from_param(self.param.after_run, name="after (replay)",
                                          width=320),
-            incident_selector(self.data, fallback=newest_critical),
+            incident_selector(self.data, fallback=self.first_changed),
             sizing_mode="stretch_width")
         return pn.Column(
-            controls, self._note, *linked_plots(self.before_plot, self.after_plot),
+            controls, self._note, key_pane(key_html(rp.REPLAY_KEY, note=(
+                "the same lanes on both sides, in the same order: compare straight down"))),
+            *linked_plots(self.before_plot, self.after_plot),
             pn.Row(pn.Column("**Incidents** (reproduced, vanished, appeared in the replay)",
                              self._verdicts, sizing_mode="stretch_width"),
                    pn.Column("**Outcome counts**", self._outcomes, width=320),

@@ -127,6 +127,52 @@ def _try(a) -> str:
     return f"try {int(a)}" if _has(a) else "try ?"
 
 
+def context_steps(spans: pd.DataFrame, events: pd.DataFrame, t0_ns: int, *,
+                  start_ns: int, end_ns: int | None) -> tuple[list[tuple[float, str]], set[str]]:
+    """Sentences for spans and events no model view holds (``DataStore.incident_context``:
+    evidence read from all_spans, train steps, weight syncs, injected faults), and the span ids
+    they covered. Of many train steps only the last before the incident and the first after it
+    are told."""
+    steps: list[tuple[float, str]] = []
+    found: set[str] = set()
+    if spans is None or not len(spans):
+        return steps, found
+    spans = spans[spans.status != "incident"]
+    steps_rows = spans[spans.name == "rl.train_step"]
+    before = steps_rows[steps_rows.end_ns.notna() & (steps_rows.end_ns <= start_ns)]
+    after = steps_rows[steps_rows.start_ns >= (end_ns if end_ns is not None else 2**62)]
+    for r in before.tail(1).itertuples(index=False):
+        steps.append((_t(r.end_ns, t0_ns), f"The last train step before it ends ({r.detail})."))
+    for r in after.head(1).itertuples(index=False):
+        steps.append((_t(r.start_ns, t0_ns), f"The next train step starts ({r.detail})."))
+    found |= set(steps_rows.span_id)
+    for r in spans[spans.name != "rl.train_step"].itertuples(index=False):
+        found.add(r.span_id)
+        if r.name == "rl.stall_watchdog.tick":
+            continue  # its events (the stall line) say what it saw
+        what = {"rl.weight_sync": "A weight sync (refit)",
+                "rolloutscope.fault": "A fault is injected",
+                "rl.stall_watchdog.tick": "The stall watchdog ticks"}.get(r.name, f"{r.name}")
+        if r.name == "rolloutscope.fault":
+            res = ""
+        elif _has(r.end_ns) and r.end_ns > r.start_ns:
+            res = f", {(r.end_ns - r.start_ns) / S:,.1f} s" + (
+                f", {r.status.lower()}" if r.status and r.status != "UNSET" else "")
+        elif _has(r.end_ns):
+            res = ""
+        else:
+            res = "; it never ends (still running at the end of the capture)"
+        detail = f" ({r.detail})" if r.detail else ""
+        steps.append((_t(r.start_ns, t0_ns), f"{what}{detail}{res}."))
+    for r in (events.itertuples(index=False) if events is not None else ()):
+        if r.lane == "incident":
+            continue
+        name = "The watchdog's stall line" if r.name in ("rl.stall", "the watchdog's stall line") \
+            else f"Event {r.name}"
+        steps.append((_t(r.ts_ns, t0_ns), f"{name}: {r.detail}." if r.detail else f"{name}."))
+    return steps, found
+
+
 def evidence_steps(evidence: frozenset[str], frames: Mapping[str, pd.DataFrame],
                    t0_ns: int) -> tuple[list[tuple[float, str]], int]:
     """Sentences for the evidence spans found in the model views, and how many were not."""
@@ -188,10 +234,20 @@ def evidence_steps(evidence: frozenset[str], frames: Mapping[str, pd.DataFrame],
 
 
 def incident_story(incident: Mapping, frames: Mapping[str, pd.DataFrame], *, t0_ns: int,
-                   incidents: pd.DataFrame) -> Story:
-    evidence = frozenset(str(e) for e in (incident.get("evidence") if
-                                          _has(incident.get("evidence")) else []))
+                   incidents: pd.DataFrame,
+                   context: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> Story:
+    """``context``: the spans and events around it that no model view holds
+    (``DataStore.incident_context``), told in its chronology too."""
+    raw = incident.get("evidence")
+    evidence = frozenset(str(e) for e in (list(raw) if raw is not None
+                                          and not isinstance(raw, (str, float)) else []))
     steps, unmatched = evidence_steps(evidence, frames, t0_ns)
+    if context is not None:
+        end = incident.get("end_ns")
+        more, covered = context_steps(*context, t0_ns, start_ns=int(incident["start_ns"]),
+                                      end_ns=int(end) if _has(end) else None)
+        steps = sorted(steps + more, key=lambda s: s[0])
+        unmatched = max(unmatched - len(evidence & covered), 0)
     start = _t(incident["start_ns"], t0_ns)
     if _has(incident.get("end_ns")) and incident["end_ns"] != incident["start_ns"]:
         when = (f"{start:,.1f} s to {_t(incident['end_ns'], t0_ns):,.1f} s after the run "

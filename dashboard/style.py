@@ -50,8 +50,24 @@ def shard_color(state: object) -> str:
     return SHARD_COLORS.get(str(state), NEUTRAL)
 
 
-# lane plot geometry
-LANE_HEIGHT_PX = 16
-MIN_PLOT_HEIGHT_PX = 260
-MAX_PLOT_HEIGHT_PX = 1400
-LABEL_WIDTH_CHARS = 28
+# lane plot geometry: a lane is at least MIN_LANE_PX tall and at most MAX_LANE_PX; a plot of few
+# lanes grows its lanes to fill TARGET_PLOT_HEIGHT_PX; one of many is as tall as its lanes need
+# and scrolls past MAX_VISIBLE_PLOT_PX (the x axis stays below the visible lanes)
+LANE_HEIGHT_PX = 18
+MIN_LANE_PX = 13
+MAX_LANE_PX = 34
+TARGET_PLOT_HEIGHT_PX = 420
+PLOT_CHROME_PX = 64  # x axis, its label and the frame's borders
+MIN_PLOT_HEIGHT_PX = 150
+MAX_PLOT_HEIGHT_PX = 2400
+MAX_VISIBLE_PLOT_PX = 760
+LABEL_WIDTH_CHARS = 30
+GAUGE_HEIGHT_PX = 170
+SERVING_HEIGHT_PX = 140
+
+
+def lane_plot_height(lanes: int) -> int:
+    """Pixels for a lane plot of ``lanes`` lanes: lanes fill the height, never thinner than
+    MIN_LANE_PX or fatter than MAX_LANE_PX."""
+    px = min(max(TARGET_PLOT_HEIGHT_PX / max(lanes, 1), MIN_LANE_PX), MAX_LANE_PX)
+    return int(min(max(lanes * px + PLOT_CHROME_PX, MIN_PLOT_HEIGHT_PX), MAX_PLOT_HEIGHT_PX))

@@ -1,11 +1,19 @@
-"""The timeline: pure DataFrame -> HoloViews builders for the lane plot and its step line.
+"""The timeline: pure DataFrame -> HoloViews builders for the lane plot, the rollout gauges and
+the serving step line.
 
 Rule: nothing here queries, filters by user choice or reads a clock. The caller (the Timeline
-view, the incident detail's mini timeline) hands over frames straight from the store's views,
+view, the Fleet view, the incident detail) hands over frames straight from the store's views,
 already narrowed to the lanes it wants, plus ``t0_ns`` (the run's start, the x origin) and
 ``now_ns`` (the run's last seen time: where intervals still open are drawn to). The x axis is
 seconds since the run started, the unit incident write-ups speak in ("the deadline fired at
 180 s").
+
+Axes are named per tab (``Axes``): Panel links every plot of a page whose axes carry the same
+range tag (HoloViews tags a range with its dimension's label), so the plots of one tab share
+theirs (a zoom on one moves the others) and no two tabs share one (a five-lane Fleet plot linked
+to a fifteen-lane Timeline's y range draws its lanes in the top third; an incident's window
+linked to the Timeline's whole run shows the whole run). Legends are not drawn inside plots: ``key_html`` says what each colour and marker means
+above them, so nothing covers the data and linked plots keep one frame width.
 
 Every builder returns the same layers in the same order whatever the data, so a DynamicMap can
 update the plot in place on a live tick instead of re-rendering it.
@@ -13,6 +21,7 @@ update the plot in place on a live tick instead of re-rendering it.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -21,17 +30,48 @@ import numpy as np
 import pandas as pd
 
 from rolloutscope.dashboard import style
+from rolloutscope.vocabulary import SpanName
 
 S = 1e9
 RECT_COLUMNS = ["x0", "y0", "x1", "y1", "color", "lane", "what", "detail", "start_s", "end_s",
-                "span_id"]
+                "span_id", "span", "dur_s"]
 MARK_COLUMNS = ["x", "y", "lane", "what", "detail"]
+SPAN_COLUMNS = ["lane", "name", "start_ns", "end_ns", "span_id", "detail", "status"]
+EVENT_COLUMNS = ["lane", "name", "ts_ns", "detail"]
 HALF = 0.38  # half a lane's bar height
+LEFT_BORDER_PX = 215  # room for the lane labels; every time plot of a tab keeps the same frame
+RIGHT_BORDER_PX = 64  # room for the gauges' second axis
+
+
+@dataclass(frozen=True)
+class Axes:
+    """The dimension names and time label of one tab's time plots: shared within the tab,
+    unique across tabs (the label is what links)."""
+
+    t: str = "t"
+    y: str = "y"
+    label: str = "time since run start (s)"
+
+    @property
+    def time(self) -> hv.Dimension:
+        return hv.Dimension(self.t, label=self.label)
+
+
+TIMELINE = Axes()
+FLEET = Axes("t_fleet", "y_fleet", "time since run start (s), fleet")
+INCIDENT = Axes("t_incident", "y_incident", "time since run start (s), around the incident")
+
+
+def _empty_frame(columns: Sequence[str]) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype="object") for c in columns})
 
 
 @dataclass(frozen=True)
 class TimelineFrames:
-    """The view rows a timeline draws (each a frame of the store view of the same name)."""
+    """The view rows a timeline draws (each a frame of the store view of the same name), plus
+    spans and events the model views do not hold (``spans``: SPAN_COLUMNS, ``events``:
+    EVENT_COLUMNS), each on the lane it names: an incident's evidence read from all_spans, the
+    train steps and weight syncs around a stall."""
 
     checkpoint_windows: pd.DataFrame
     checkpoint_ops: pd.DataFrame
@@ -43,6 +83,8 @@ class TimelineFrames:
     incidents: pd.DataFrame
     rollout_ids: Sequence[str] = ()  # rollout lanes to draw, in order
     evidence: frozenset[str] = field(default_factory=frozenset)  # span ids to outline
+    spans: pd.DataFrame = field(default_factory=lambda: _empty_frame(SPAN_COLUMNS))
+    events: pd.DataFrame = field(default_factory=lambda: _empty_frame(EVENT_COLUMNS))
 
 
 def group_rollout_ids(frame: pd.DataFrame, attempts: pd.DataFrame) -> pd.Series:
@@ -60,12 +102,23 @@ def group_rollout_ids(frame: pd.DataFrame, attempts: pd.DataFrame) -> pd.Series:
 class Lanes:
     labels: tuple[str, ...]
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_index", {label: i for i, label in enumerate(self.labels)})
+
     def y(self, label: str) -> float:
-        return -float(self.labels.index(label))
+        return -float(self._index[label])
+
+    def ys(self, labels: pd.Series) -> np.ndarray:
+        return -labels.map(self._index).to_numpy(dtype="float64")
 
     @property
     def ticks(self) -> list[tuple[float, str]]:
-        return [(-float(i), label) for i, label in enumerate(self.labels)]
+        return [(-float(i), short_label(label)) for i, label in enumerate(self.labels)]
+
+
+def short_label(label: str, width: int = style.LABEL_WIDTH_CHARS) -> str:
+    """A lane label that fits the label column (the full one is in the hover)."""
+    return label if len(label) <= width else label[: width - 1] + "…"
 
 
 def _sec(ns: pd.Series | np.ndarray, t0_ns: int) -> np.ndarray:
@@ -78,11 +131,36 @@ def _ends(df: pd.DataFrame, now_ns: int, col: str = "end_ns") -> np.ndarray:
     return ends.fillna(float(now_ns)).to_numpy()
 
 
+def _present(v: object) -> bool:
+    return v is not None and not (isinstance(v, float) and np.isnan(v)) and v is not pd.NA
+
+
+def _int(v: object) -> str:
+    return "-" if not _present(v) else str(int(v))
+
+
+def _text(s: pd.Series) -> pd.Series:
+    """Text of a column; missing values as ''."""
+    return s.astype("object").where(s.notna(), "").astype(str)
+
+
+def _ints(s: pd.Series) -> pd.Series:
+    """Integers as text; missing values as '-'."""
+    out = pd.to_numeric(s, errors="coerce").astype("Int64").astype(str)
+    return out.where(out != "<NA>", "-")
+
+
 def participant_label(kind: object, instance: object) -> str:
     kind = str(kind) if kind is not None and not pd.isna(kind) else "participant"
-    if instance is None or pd.isna(instance) or instance == "":
+    if instance is None or pd.isna(instance) or instance == "" or str(instance) == kind:
         return kind
     return f"{kind} {instance}"
+
+
+def _participant_labels(kind: pd.Series, instance: pd.Series) -> pd.Series:
+    k = _text(kind).replace("", "participant")
+    i = _text(instance)
+    return k.where((i == "") | (i == k), k + " " + i)
 
 
 def shard_label(idx: object) -> str:
@@ -95,6 +173,11 @@ def rollout_label(rollout_id: object, attempt: object = None) -> str:
     return f"{rollout_id} try {int(attempt)}"
 
 
+def _rollout_labels(rollout_id: pd.Series, attempt: pd.Series) -> pd.Series:
+    rid = _text(rollout_id)
+    return rid.where(attempt.isna(), rid + " try " + _ints(attempt))
+
+
 def attempt_label(r) -> str:
     """An attempt's lane: a Gym rollout attempt by the id Gym gave it (``0-0-a1``), an RL try
     as ``<rollout> try <n>``."""
@@ -103,8 +186,22 @@ def attempt_label(r) -> str:
     return rollout_label(r.rollout_id, r.attempt)
 
 
+def _attempt_labels(att: pd.DataFrame) -> pd.Series:
+    tries = _rollout_labels(att.rollout_id, att.attempt)
+    if "dialect" not in att or "capture_key" not in att:
+        return tries
+    gym = (att.dialect == "gym") & att.capture_key.notna()
+    return tries.where(~gym, _text(att.capture_key))
+
+
 def lanes_for(frames: TimelineFrames) -> Lanes:
-    labels: list[str] = ["checkpoint windows"]
+    """Context lanes (``frames.spans``) first, then checkpoint windows, participants in protocol
+    order, shards, and one lane per rollout try in ``rollout_ids`` order."""
+    labels: list[str] = list(dict.fromkeys(_text(frames.spans.lane))) if len(frames.spans) \
+        else []
+    if len(frames.checkpoint_windows) or len(frames.checkpoint_ops) or not (
+            len(frames.shard_states) or len(frames.rollout_ids) or labels):
+        labels.append("checkpoint windows")
     ops = frames.checkpoint_ops
     if len(ops):
         order = {"controller": 0, "environment": 1, "model": 2, "agent": 3, "resources": 4}
@@ -112,8 +209,8 @@ def lanes_for(frames: TimelineFrames) -> Lanes:
         parts = parts.assign(
             _o=parts.participant_kind.map(order).fillna(9),
             _i=parts.instance.fillna("").astype(str)).sort_values(["_o", "_i"])
-        labels += [participant_label(k, i) for k, i in zip(parts.participant_kind,
-                                                           parts.instance)]
+        labels += list(dict.fromkeys(_participant_labels(parts.participant_kind,
+                                                         parts.instance)))
     if len(frames.shard_states):
         labels += [shard_label(i) for i in sorted(frames.shard_states.shard_idx.dropna().unique())]
     order = {str(r): i for i, r in enumerate(frames.rollout_ids)}
@@ -124,127 +221,162 @@ def lanes_for(frames: TimelineFrames) -> Lanes:
     tries = tries[tries.rollout_id.astype(str).isin(order)]
     tries = tries.assign(_o=tries.rollout_id.astype(str).map(order),
                          _a=tries.attempt.fillna(-1)).sort_values(["_o", "_a"])
-    labels += [attempt_label(r) for r in tries.itertuples(index=False)]
+    labels += list(_attempt_labels(tries)) if len(tries) else []
     return Lanes(tuple(dict.fromkeys(labels)))
-
-
-def _rects(x0, x1, y, color, lane, what, detail, start_s, end_s, span_id) -> pd.DataFrame:
-    y = np.asarray(y, dtype="float64")
-    return pd.DataFrame({
-        "x0": x0, "y0": y - HALF, "x1": x1, "y1": y + HALF, "color": color, "lane": lane,
-        "what": what, "detail": detail, "start_s": start_s, "end_s": end_s,
-        "span_id": span_id})
 
 
 def _fmt_end(end_s: np.ndarray, is_open: np.ndarray) -> list[str]:
     return ["open" if o else f"{e:,.1f}" for e, o in zip(end_s, is_open)]
 
 
+def _block(df: pd.DataFrame, lanes: Lanes, t0_ns: int, now_ns: int, *, lane: pd.Series,
+           color, what, detail, span, span_id: pd.Series, half: float = HALF,
+           end_col: str = "end_ns") -> pd.DataFrame | None:
+    """Bars for the rows of ``df`` whose lane is drawn; every per-row argument is aligned with
+    ``df`` (a Series) or one value for all."""
+    keep = lane.isin(lanes._index).to_numpy()
+    if not keep.any():
+        return None
+
+    def col(v):
+        return v[keep].to_numpy() if isinstance(v, pd.Series) else v
+
+    df = df[keep]
+    x0 = _sec(df.start_ns, t0_ns)
+    x1 = _sec(_ends(df, now_ns, end_col), t0_ns)
+    is_open = df[end_col].isna().to_numpy()
+    y = lanes.ys(lane[keep])
+    return pd.DataFrame({
+        "x0": x0, "y0": y - half, "x1": x1, "y1": y + half, "color": col(color),
+        "lane": col(lane), "what": col(what), "detail": col(detail), "start_s": np.round(x0, 3),
+        "end_s": _fmt_end(x1, is_open), "span_id": col(span_id), "span": col(span),
+        "dur_s": ["running" if o else f"{d:,.3f}" for d, o in zip(x1 - x0, is_open)]})
+
+
+def _colors(values: pd.Series, palette: dict[str, str], default: str = style.NEUTRAL) -> pd.Series:
+    return _text(values).map(palette).fillna(default)
+
+
 def interval_rects(frames: TimelineFrames, lanes: Lanes, t0_ns: int,
                    now_ns: int) -> pd.DataFrame:
     """One row per bar on the lane plot; ``end_s`` is the text 'open' for open intervals."""
-    parts: list[pd.DataFrame] = []
-
-    def add(df: pd.DataFrame, lane_of, color_of, what_of, detail_of) -> None:
-        if not len(df):
-            return
-        lane = [lane_of(r) for r in df.itertuples(index=False)]
-        keep = np.array([label in lanes.labels for label in lane])
-        if not keep.any():
-            return
-        df = df[keep]
-        lane = [label for label, k in zip(lane, keep) if k]
-        rows = list(df.itertuples(index=False))
-        x0 = _sec(df.start_ns, t0_ns)
-        x1 = _sec(_ends(df, now_ns), t0_ns)
-        is_open = df.end_ns.isna().to_numpy()
-        parts.append(_rects(
-            x0, x1, [lanes.y(label) for label in lane], [color_of(r) for r in rows], lane,
-            [what_of(r) for r in rows], [detail_of(r) for r in rows], np.round(x0, 3),
-            _fmt_end(x1, is_open), df.get("span_id", pd.Series([""] * len(df))).fillna("")
-            .astype(str).to_numpy()))
-
+    parts: list[pd.DataFrame | None] = []
+    add = parts.append
+    ids = (lambda df: _text(df.span_id) if "span_id" in df else  # noqa: E731
+           pd.Series([""] * len(df), index=df.index))
+    sp = frames.spans
+    if len(sp):
+        status = _text(sp.status)
+        add(_block(sp, lanes, t0_ns, now_ns, lane=_text(sp.lane),
+                   color=status.map({"ERROR": style.ERROR, "incident": style.INCIDENT_SPAN})
+                   .fillna(style.INFO).where(sp.end_ns.notna() | (status == "incident"),
+                                             style.OPEN),
+                   what=_text(sp.name), detail=_text(sp.detail), span=_text(sp.name),
+                   span_id=_text(sp.span_id)))
     w = frames.checkpoint_windows
     if len(w):
-        w = w.assign(span_id="window:" + w.checkpoint_id.astype(str))
-    add(w, lambda r: "checkpoint windows", lambda r: style.outcome_color(r.outcome),
-        lambda r: f"checkpoint {r.checkpoint_id}", lambda r: f"window {r.outcome}")
-    add(frames.checkpoint_ops, lambda r: participant_label(r.participant_kind, r.instance),
-        lambda r: style.outcome_color("open" if r.outcome is None or pd.isna(r.outcome)
-                                      else r.outcome),
-        lambda r: f"{r.op} {r.checkpoint_id}",
-        lambda r: _op_detail(r))
-    add(frames.shard_states, lambda r: shard_label(r.shard_idx),
-        lambda r: style.shard_color(r.state), lambda r: f"{r.state}",
-        lambda r: f"trigger {r.trigger or '-'}, epoch {_int(r.membership_epoch)}"
-                  + (f", error {r.last_error}" if _present(r.last_error) else ""))
+        ck = _text(w.checkpoint_id)
+        add(_block(w, lanes, t0_ns, now_ns, lane=pd.Series("checkpoint windows", index=w.index),
+                   color=_colors(w.outcome, style.OUTCOME_COLORS), what="checkpoint " + ck,
+                   detail="window " + _text(w.outcome),
+                   span="admission closed → reopened", span_id="window:" + ck))
+    ops = frames.checkpoint_ops
+    if len(ops):
+        outcome = _text(ops.outcome)
+        detail = outcome.replace("", "running")
+        code = _text(ops.code)
+        detail = detail.where(code == "", detail + " (" + code + ")")
+        blockers = pd.to_numeric(ops.blockers, errors="coerce").fillna(0)
+        detail = detail.where(blockers <= 0, detail + ", " + _ints(ops.blockers) + " blockers")
+        op = _text(ops.op)
+        span = ("gym.checkpoint." + op).where(
+            ops.participant_kind != "controller", SpanName.CK_COORDINATE_PREFIX + op)
+        add(_block(ops, lanes, t0_ns, now_ns,
+                   lane=_participant_labels(ops.participant_kind, ops.instance),
+                   color=_colors(outcome.replace("", "open"), style.OUTCOME_COLORS),
+                   what=op + " " + _text(ops.checkpoint_id), detail=detail, span=span,
+                   span_id=ids(ops)))
+    sh = frames.shard_states
+    if len(sh):
+        trig = _text(sh.trigger).replace("", "-")
+        err = _text(sh.last_error)
+        detail = "trigger " + trig + ", epoch " + _ints(sh.membership_epoch)
+        detail = detail.where(err == "", detail + ", error " + err)
+        add(_block(sh, lanes, t0_ns, now_ns, lane="shard " + _ints(sh.shard_idx),
+                   color=_colors(sh.state, style.SHARD_COLORS), what=_text(sh.state),
+                   detail=detail, span=SpanName.SHARD_STATE, span_id=ids(sh)))
     att = frames.rollout_attempts
-    add(att, attempt_label,
-        lambda r: style.ROLLOUT_RUNNING if r.outcome in ("open", "committed", "finished")
-        else style.outcome_color(r.outcome),
-        lambda r: (f"Gym rollout {r.capture_key} {r.outcome}"
-                   if getattr(r, "dialect", None) == "gym"
-                   else f"try {_int(r.attempt)} {r.outcome}"),
-        lambda r: (f"{r.failure_class}: {r.failure_reason}" if _present(r.failure_class)
-                   else f"group {r.group_id}" if _present(r.group_id) else ""))
-    n_before = len(parts)
-    add(frames.parked_intervals, lambda r: rollout_label(r.rollout_id, r.attempt),
-        lambda r: style.PARKED, lambda r: f"try {_int(r.attempt)} parked",
-        lambda r: f"by checkpoint {r.checkpoint_id}")
-    if len(parts) > n_before:  # parked bars sit inside the try's bar, which stays visible
-        y = (parts[-1].y0 + parts[-1].y1) / 2
-        parts[-1] = parts[-1].assign(y0=y - HALF / 2, y1=y + HALF / 2)
+    if len(att):
+        outcome = _text(att.outcome)
+        gym = (att.dialect == "gym") if "dialect" in att else pd.Series(False, index=att.index)
+        reason = _text(att.failure_class) + ": " + _text(att.failure_reason)
+        group = _text(att.group_id)
+        detail = reason.where(att.failure_class.notna(), ("group " + group).where(group != "", ""))
+        add(_block(att, lanes, t0_ns, now_ns, lane=_attempt_labels(att),
+                   color=_colors(outcome, style.OUTCOME_COLORS).where(
+                       ~outcome.isin(["open", "committed", "finished"]), style.ROLLOUT_RUNNING),
+                   what=("try " + _ints(att.attempt) + " " + outcome).where(
+                       ~gym, "Gym rollout " + _text(att.get("capture_key", att.rollout_id))
+                       + " " + outcome),
+                   detail=detail,
+                   span=pd.Series(SpanName.RL_ATTEMPT, index=att.index).where(
+                       ~gym, SpanName.GYM_ROLLOUT), span_id=ids(att)))
+    pk = frames.parked_intervals
+    if len(pk):  # parked bars sit inside the try's bar, which stays visible
+        add(_block(pk, lanes, t0_ns, now_ns, lane=_rollout_labels(pk.rollout_id, pk.attempt),
+                   color=style.PARKED, what="try " + _ints(pk.attempt) + " parked",
+                   detail="by checkpoint " + _text(pk.checkpoint_id), span=SpanName.AGENT_PARKED,
+                   span_id=ids(pk), half=HALF / 2))
+    parts = [p for p in parts if p is not None]
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype="float64" if c[0] in "xy" else "object")
                              for c in RECT_COLUMNS})
     return pd.concat(parts, ignore_index=True)
 
 
-def _present(v: object) -> bool:
-    return v is not None and not (isinstance(v, float) and np.isnan(v)) and v is not pd.NA
-
-
-def _int(v: object) -> str:
-    return "-" if not _present(v) else str(int(v))
-
-
-def _op_detail(r) -> str:
-    out = "running" if not _present(r.outcome) else str(r.outcome)
-    if _present(r.code):
-        out += f" ({r.code})"
-    if _present(r.blockers) and r.blockers:
-        out += f", {int(r.blockers)} blockers"
-    return out
-
-
 def instants(frames: TimelineFrames, lanes: Lanes, t0_ns: int) -> dict[str, pd.DataFrame]:
-    """Instants on rollout lanes: deadline start / fire, completion, ACK."""
-    out: dict[str, list] = {k: [] for k in MARKER_STYLE}
+    """Instants on their lanes: deadline start / fire, completion, ACK, and the events of
+    ``frames.events`` (a watchdog's stall line, an injected fault)."""
+    out: dict[str, pd.DataFrame] = {}
+
+    def points(x, lane: pd.Series, what, detail) -> pd.DataFrame:
+        keep = lane.isin(lanes._index).to_numpy() & ~np.isnan(np.asarray(x, dtype="float64"))
+
+        def col(v):
+            return np.asarray(v.to_numpy() if isinstance(v, pd.Series) else
+                              [v] * len(lane), dtype=object)[keep]
+
+        return pd.DataFrame({"x": np.asarray(x, dtype="float64")[keep],
+                             "y": lanes.ys(lane[keep]), "lane": col(lane), "what": col(what),
+                             "detail": col(detail)}, columns=MARK_COLUMNS)
+
     d = frames.deadlines
-    for r in d.itertuples(index=False):
-        lane = rollout_label(r.rollout_id, r.attempt)
-        if lane not in lanes.labels:
-            continue
-        y = lanes.y(lane)
-        out["deadline start"].append(((r.start_ns - t0_ns) / S, y, lane,
-                                      f"{r.kind} deadline, budget {r.budget_s:g} s",
-                                      f"try {_int(r.attempt)}"))
-        if _present(r.fired_ns):
-            out["deadline fired"].append(((r.fired_ns - t0_ns) / S, y, lane, "deadline fired",
-                                          f"while {r.state_when_fired or 'unknown'}"))
-    for r in frames.completions.itertuples(index=False):
-        lane = rollout_label(r.rollout_id, r.attempt)
-        if lane not in lanes.labels:
-            continue
-        y = lanes.y(lane)
-        kind = "completed" if _present(r.ack_ns) else "completed, unacknowledged"
-        out[kind].append(((r.completed_ns - t0_ns) / S, y, lane, kind,
-                          f"try {_int(r.attempt)}"))
-        if _present(r.ack_ns):
-            out["acknowledged"].append(((r.ack_ns - t0_ns) / S, y, lane, "acknowledged",
-                                        f"try {_int(r.attempt)}"))
-    return {k: pd.DataFrame(v, columns=MARK_COLUMNS).astype({"x": "float64", "y": "float64"})
-            for k, v in out.items()}
+    dl = _rollout_labels(d.rollout_id, d.attempt) if len(d) else pd.Series(dtype=object)
+    out["deadline start"] = points(_sec(d.start_ns, t0_ns), dl,
+                                   _text(d.kind) + " deadline, budget "
+                                   + pd.to_numeric(d.budget_s).map("{:g} s".format)
+                                   if len(d) else "", "try " + _ints(d.attempt) if len(d) else "")
+    fired = pd.to_numeric(d.fired_ns, errors="coerce") if len(d) else pd.Series(dtype="float64")
+    out["deadline fired"] = points(_sec(fired, t0_ns), dl, "deadline fired",
+                                   "while " + _text(d.state_when_fired).replace("", "unknown")
+                                   if len(d) else "")
+    c = frames.completions
+    cl = _rollout_labels(c.rollout_id, c.attempt) if len(c) else pd.Series(dtype=object)
+    acked = c.ack_ns.notna() if len(c) else pd.Series(dtype=bool)
+    tries = "try " + _ints(c.attempt) if len(c) else ""
+    for kind, mask in (("completed", acked), ("completed, unacknowledged", ~acked)):
+        sub = c[mask] if len(c) else c
+        out[kind] = points(_sec(sub.completed_ns, t0_ns), cl[mask] if len(c) else cl, kind,
+                           tries[mask] if len(c) else "")
+    out["acknowledged"] = points(_sec(pd.to_numeric(c.ack_ns, errors="coerce"), t0_ns)
+                                 if len(c) else [], cl, "acknowledged", tries)
+    ev = frames.events
+    out["event"] = points(_sec(ev.ts_ns, t0_ns) if len(ev) else [],
+                          _text(ev.lane) if len(ev) else pd.Series(dtype=object),
+                          _text(ev.name) if len(ev) else "", _text(ev.detail) if len(ev) else "")
+    for k, v in out.items():
+        out[k] = v.astype({"x": "float64", "y": "float64"})
+    return {k: out[k] for k in MARKER_STYLE}
 
 
 def shaded_periods(incidents: pd.DataFrame, kinds: Iterable[str], t0_ns: int,
@@ -256,9 +388,17 @@ def shaded_periods(incidents: pd.DataFrame, kinds: Iterable[str], t0_ns: int,
         "what": inc.kind.astype(str).to_numpy(), "detail": inc.summary.astype(str).to_numpy()})
 
 
-RECT_TOOLTIPS = [("lane", "@lane"), ("", "@what"), ("", "@detail"), ("from (s)", "@start_s"),
-                 ("to (s)", "@end_s")]
-MARK_TOOLTIPS = [("lane", "@lane"), ("", "@what"), ("", "@detail"), ("at (s)", "@t{0,0.0}")]
+MIN_BAR_FRACTION = 0.004  # of the time axis: ~4 px on a 1000 px plot
+RECT_TOOLTIPS = [("lane", "@lane"), ("", "@what"), ("span", "@span"), ("", "@detail"),
+                 ("from (s)", "@start_s"), ("to (s)", "@end_s"), ("duration (s)", "@dur_s")]
+SHADE_TOOLTIPS = [("", "@what"), ("", "@detail")]
+
+
+def mark_tooltips(t: str) -> list[tuple[str, str]]:
+    return [("lane", "@lane"), ("", "@what"), ("", "@detail"), ("at (s)", f"@{t}{{0,0.0}}")]
+
+
+MARK_TOOLTIPS = mark_tooltips("t")
 
 MARKER_STYLE = {
     "deadline start": {"marker": "triangle", "color": "#3d3d3d", "size": 8},
@@ -267,21 +407,42 @@ MARKER_STYLE = {
     "completed, unacknowledged": {"marker": "circle", "fill_color": "white",
                                   "line_color": style.ERROR, "line_width": 2.5, "size": 11},
     "acknowledged": {"marker": "diamond", "color": style.OK, "size": 10},
+    "event": {"marker": "inverted_triangle", "color": style.WARN, "line_color": "#6b4a10",
+              "size": 13},
 }
+MARKER_SYMBOLS = {"deadline start": ("▲", "#3d3d3d"), "deadline fired": ("✖", style.ERROR),
+                  "completed": ("●", "#2f6f8f"), "completed, unacknowledged": ("○", style.ERROR),
+                  "acknowledged": ("◆", style.OK), "event": ("▼", style.WARN)}
 
 
 def _span_rects(periods: pd.DataFrame, y0: float, y1: float) -> pd.DataFrame:
     return periods.assign(y0=y0, y1=y1)[["x0", "y0", "x1", "y1", "what", "detail"]]
 
 
+def frame_hook(plot, element) -> None:
+    """One label column for every time plot of a tab, so their frames line up."""
+    plot.state.min_border_left = LEFT_BORDER_PX
+    plot.state.min_border_right = RIGHT_BORDER_PX
+
+
+def _time_opts(height: int, **kw) -> dict:
+    """What every time plot of a tab shares: one frame width (the label column and the toolbar
+    the same size), responsive width, x-only pan and zoom, no legend inside the data."""
+    return dict(height=height, responsive=True, show_legend=False, show_grid=True,
+                hooks=[frame_hook], active_tools=["xwheel_zoom", "xpan"],
+                default_tools=["xpan", "xwheel_zoom", "xbox_zoom", "reset", "save"], **kw)
+
+
 def lane_plot(frames: TimelineFrames, *, t0_ns: int, now_ns: int,
               xlim: tuple[float, float] | None = None,
               highlight: tuple[float, float] | None = None,
-              height: int | None = None, markers: bool = True) -> hv.Overlay:
+              height: int | None = None, markers: bool = True,
+              axes: Axes = TIMELINE) -> hv.Overlay:
     """The lane plot: windows, participants, shards and rollouts on one time axis.
 
     Layers, bottom to top: shaded stalls, the highlighted incident span, closed bars, open bars
-    (faded, dashed outline), evidence outlines, then one marker layer per instant kind.
+    (faded, dashed outline), evidence outlines, then one marker layer per instant kind. Its
+    height follows the lane count (``style.lane_plot_height``), so lanes fill the plot.
     """
     lanes = lanes_for(frames)
     rects = interval_rects(frames, lanes, t0_ns, now_ns)
@@ -297,12 +458,19 @@ def lane_plot(frames: TimelineFrames, *, t0_ns: int, now_ns: int,
     span = (0.0, max((now_ns - t0_ns) / S, 1.0))
     xlim = xlim or span
     ylim = (bottom, top)
-    # named like the serving plot's axis, so a Layout links their x-ranges
-    kdims = [hv.Dimension("t", label="time since run start (s)"), "y", "t_end", "y_top"]
-    rects, stalls, hl, evid = (_axes(df) for df in (rects, stalls, hl, evid))
+    # an interval that begins and ends at one instant (a fault, a probe tick, a state left
+    # at once) is a bar of no width: drawn a few pixels wide so it is seen and hovered
+    if len(rects):
+        least = (xlim[1] - xlim[0]) * MIN_BAR_FRACTION
+        rects = rects.assign(x1=np.maximum(rects.x1.to_numpy(dtype="float64"),
+                                           rects.x0.to_numpy(dtype="float64") + least))
+    kdims = [axes.time, axes.y, "t_end", "y_top"]
+    rects, stalls, hl, evid = (_axes(df, axes) for df in (rects, stalls, hl, evid))
     common = dict(xlim=xlim, ylim=ylim, framewise=True)
-    vd = ["color", "lane", "what", "detail", "start_s", "end_s", "span_id"]
+    vd = ["color", "lane", "what", "detail", "start_s", "end_s", "span_id", "span", "dur_s"]
     layers = [
+        # no hover on the shading: it covers every lane of its stretch, and its tooltip would
+        # hide the bars' (the key names it; the Incident tab's incident lane has its summary)
         hv.Rectangles(stalls, kdims, ["what", "detail"], group="Stall", label="stall").opts(
             color=style.STALL, alpha=0.10, line_alpha=0, **common),
         hv.Rectangles(hl, kdims, ["what", "detail"], group="Highlight",
@@ -319,23 +487,19 @@ def lane_plot(frames: TimelineFrames, *, t0_ns: int, now_ns: int,
             fill_alpha=0, line_color=style.EVIDENCE, line_width=2.5, **common),
     ]
     for kind, mk in (instants(frames, lanes, t0_ns).items() if markers else ()):
-        layers.append(hv.Points(mk.rename(columns={"x": "t"}), ["t", "y"],
-                                ["lane", "what", "detail"],
+        layers.append(hv.Points(mk.rename(columns={"x": axes.t, "y": axes.y}),
+                                [axes.time, axes.y], ["lane", "what", "detail"],
                                 label=kind).opts(
-            tools=["hover"], hover_tooltips=MARK_TOOLTIPS, **mk_style(kind), **common))
-    h = height or int(np.clip(len(lanes.labels) * style.LANE_HEIGHT_PX + 90,
-                              style.MIN_PLOT_HEIGHT_PX, style.MAX_PLOT_HEIGHT_PX))
-    return hv.Overlay(layers).opts(
-        hv.opts.Overlay(yticks=lanes.ticks, ylabel="", height=h, responsive=True,
-                        legend_position="top", legend_cols=8, show_grid=True,
-                        gridstyle={"ygrid_line_alpha": 0.0, "xgrid_line_alpha": 0.25},
-                        fontsize={"yticks": "8pt", "xticks": "9pt", "legend": "8pt"},
-                        active_tools=["xwheel_zoom", "xpan"],
-                        default_tools=["xpan", "xwheel_zoom", "box_zoom", "reset", "save"]))
+            tools=["hover"], hover_tooltips=mark_tooltips(axes.t), **mk_style(kind), **common))
+    h = height or style.lane_plot_height(len(lanes.labels))
+    return hv.Overlay(layers).opts(hv.opts.Overlay(**_time_opts(
+        h, yticks=lanes.ticks, ylabel="",
+        gridstyle={"ygrid_line_alpha": 0.0, "xgrid_line_alpha": 0.25},
+        fontsize={"yticks": "9pt", "xticks": "9pt", "xlabel": "10pt"})))
 
 
-def _axes(df: pd.DataFrame) -> pd.DataFrame:
-    return df.rename(columns={"x0": "t", "y0": "y", "x1": "t_end", "y1": "y_top"})
+def _axes(df: pd.DataFrame, axes: Axes = TIMELINE) -> pd.DataFrame:
+    return df.rename(columns={"x0": axes.t, "y0": axes.y, "x1": "t_end", "y1": "y_top"})
 
 
 def focus_range(incident, frames: TimelineFrames, *, t0_ns: int, now_ns: int,
@@ -348,12 +512,126 @@ def focus_range(incident, frames: TimelineFrames, *, t0_ns: int, now_ns: int,
         ev = rects[rects.span_id.isin(frames.evidence)]
         if len(ev):
             lo, hi = min(lo, float(ev.x0.min())), max(hi, float(ev.x1.max()))
+    return pad_range(lo, hi, pad)
+
+
+def pad_range(lo: float, hi: float, pad: float = 0.12) -> tuple[float, float]:
     width = max(hi - lo, 10.0)
     return (max(lo - pad * width, 0.0) if lo >= 0 else lo - pad * width, hi + pad * width)
 
 
 def mk_style(kind: str) -> dict:
     return dict(MARKER_STYLE[kind])
+
+
+# -- what the colours and markers mean, above the plots --------------------------------------
+def lane_key(frames: TimelineFrames, *, markers: bool = True,
+             highlight: bool = False) -> list[tuple[str, str, str]]:
+    """(label, symbol, colour) for each kind of bar and marker these frames draw."""
+    out: list[tuple[str, str, str]] = []
+    if len(frames.incidents) and (frames.incidents.kind == "stall").any():
+        out.append(("stall", "■", "#f6d5da"))
+    if highlight:
+        out.append(("selected incident", "■", "#f9e3a7"))
+    if len(frames.spans) and (frames.spans.status == "incident").any():
+        out.append(("the incident", "■", style.INCIDENT_SPAN))
+    if len(frames.rollout_attempts):
+        out.append(("try running / committed", "■", style.ROLLOUT_RUNNING))
+    states = set()
+    for df, col in ((frames.checkpoint_windows, "outcome"), (frames.checkpoint_ops, "outcome"),
+                    (frames.rollout_attempts, "outcome")):
+        if len(df):
+            states |= set(_text(df[col]).replace("", "open"))
+    for label, keys, color in (("ok / committed", {"ok", "committed", "published"}, style.OK),
+                               ("failed / error", {"failed", "error"}, style.ERROR),
+                               ("aborted / cancelled", {"aborted", "cancelled"}, style.WARN),
+                               ("running (dashed)", {"open"}, style.OPEN)):
+        if states & keys:
+            out.append((label, "■", color))
+    if len(frames.parked_intervals):
+        out.append(("parked by a snapshot", "■", style.PARKED))
+    if len(frames.shard_states):
+        for state in dict.fromkeys(_text(frames.shard_states.state)):
+            out.append((f"shard {state}", "■", style.shard_color(state)))
+    if len(frames.evidence):
+        out.append(("evidence (outlined)", "□", style.EVIDENCE))
+    if markers:
+        lanes = lanes_for(frames)
+        for kind, mk in instants(frames, lanes, 0).items():
+            if len(mk):
+                symbol, color = MARKER_SYMBOLS[kind]
+                out.append((kind if kind != "event" else "event (hover for what)", symbol, color))
+    return out
+
+
+def key_html(entries: Iterable[tuple[str, str, str]], *, note: str = "") -> str:
+    """The key as one line of HTML; every label escaped."""
+    items = "".join(f"<span class='rs-key'><span style='color:{html.escape(c)}'>"
+                    f"{html.escape(sym)}</span> {html.escape(label)}</span>"
+                    for label, sym, c in entries)
+    tail = f"<span class='rs-note'>{html.escape(note)}</span>" if note else ""
+    return f"<div class='rs-keys'>{items}{tail}</div>"
+
+
+# -- aggregates: every rollout, however many lanes are drawn ---------------------------------
+GAUGE_POINTS = 2000  # a gauge with more changes than this is sampled at this many instants
+
+
+def rollout_gauges_frame(attempts: pd.DataFrame, *, t0_ns: int, now_ns: int,
+                         max_points: int = GAUGE_POINTS) -> tuple[pd.DataFrame, bool]:
+    """Tries in flight and tries committed so far (Gym: finished), over time, as steps; and
+    whether they were sampled (more than ``max_points`` changes) rather than drawn exactly."""
+    if not len(attempts):
+        return pd.DataFrame({"t": [], "in_flight": [], "committed": []}, dtype="float64"), False
+    starts = np.sort(attempts.start_ns.to_numpy(dtype="float64"))
+    ends = np.sort(pd.to_numeric(attempts.end_ns, errors="coerce").dropna()
+                   .to_numpy(dtype="float64"))
+    done = attempts.outcome.isin(["committed", "finished"]).to_numpy()
+    commits = np.sort(pd.to_numeric(attempts.end_ns[done], errors="coerce").dropna()
+                      .to_numpy(dtype="float64"))
+    changes = np.unique(np.concatenate([starts, ends, commits, [float(t0_ns), float(now_ns)]]))
+    sampled = len(changes) > max_points
+    at = np.linspace(float(t0_ns), float(now_ns), max_points) if sampled else changes
+    at = at[(at >= min(float(t0_ns), starts[0])) & (at <= float(now_ns))]
+    inflight = (np.searchsorted(starts, at, side="right")
+                - np.searchsorted(ends, at, side="right"))
+    committed = np.searchsorted(commits, at, side="right")
+    return pd.DataFrame({"t": _sec(at, t0_ns), "in_flight": inflight.astype("float64"),
+                         "committed": committed.astype("float64")}), sampled
+
+
+def rollout_gauges(gauges: pd.DataFrame, *, xlim: tuple[float, float],
+                   axes: Axes = TIMELINE, marks: pd.DataFrame | None = None,
+                   committed_label: str = "committed so far",
+                   height: int = style.GAUGE_HEIGHT_PX) -> hv.Overlay:
+    """The rollout gauges: tries in flight (left axis) and tries committed so far (right axis)
+    as step lines, with vertical marks (``marks``: t, what, detail; a watchdog's stall line)."""
+    g = gauges.rename(columns={"t": axes.t})
+    ymax = max(float(g.in_flight.max()) if len(g) else 0.0, 1.0) * 1.15
+    cmax = max(float(g.committed.max()) if len(g) else 0.0, 1.0) * 1.15
+    m = marks if marks is not None else pd.DataFrame({"t": [], "what": [], "detail": []})
+    seg = pd.DataFrame({axes.t: m.t.astype("float64"), "in_flight": 0.0,
+                        "t_end": m.t.astype("float64"), "top": ymax, "what": m.what.astype(str),
+                        "detail": m.detail.astype(str)})
+    common = dict(xlim=xlim, framewise=True)
+    t = axes.time
+    flight = hv.Dimension("in_flight", label="tries in flight", range=(0, ymax))
+    return hv.Overlay([
+        hv.Segments(seg, [t, flight, "t_end", "top"], ["what", "detail"], label="marks").opts(
+            color=style.WARN, line_width=2.5, line_dash="dashed", tools=["hover"],
+            hover_tooltips=SHADE_TOOLTIPS, **common),
+        hv.Curve(g, t, flight, label="in flight").opts(
+            interpolation="steps-post", color=style.INFO, line_width=2, tools=["hover"],
+            hover_tooltips=[("at (s)", f"@{axes.t}{{0,0.0}}"), ("in flight", "@in_flight")],
+            **common),
+        hv.Curve(g, t, hv.Dimension("committed", label=committed_label, range=(0, cmax)),
+                 label=committed_label).opts(
+            interpolation="steps-post", color=style.OK, line_width=2, tools=["hover"],
+            hover_tooltips=[("at (s)", f"@{axes.t}{{0,0.0}}"), (committed_label, "@committed")],
+            **common),
+    ]).opts(hv.opts.Overlay(**_time_opts(height, multi_y=True, ylabel="tries",
+                                         fontsize={"yticks": "9pt", "xticks": "9pt",
+                                                   "ylabel": "9pt"})))
 
 
 def serving_steps(shard_states: pd.DataFrame, *, t0_ns: int, now_ns: int) -> pd.DataFrame:
@@ -376,31 +654,41 @@ def serving_steps(shard_states: pd.DataFrame, *, t0_ns: int, now_ns: int) -> pd.
 
 def serving_plot(shard_states: pd.DataFrame, *, t0_ns: int, now_ns: int,
                  xlim: tuple[float, float] | None = None,
-                 router: pd.DataFrame | None = None, height: int = 130) -> hv.Overlay:
+                 router: pd.DataFrame | None = None, height: int = style.SERVING_HEIGHT_PX,
+                 axes: Axes = TIMELINE, fleet: pd.DataFrame | None = None) -> hv.Overlay:
     """Serving shards (fleet) as a step line, with the router's serving backends if known and
-    the fleet's total shard count as a dashed reference."""
+    the fleet's total shard count as a dashed reference. ``fleet``: the fleet's serving count
+    as sampled (t, serving), drawn where the run has no shard stays (metrics only)."""
     steps = serving_steps(shard_states, t0_ns=t0_ns, now_ns=now_ns)
+    if not len(steps) and fleet is not None and len(fleet):
+        steps = fleet[["t", "serving"]]
     total = float(shard_states.shard_idx.nunique()) if len(shard_states) else 0.0
     span = (0.0, max((now_ns - t0_ns) / S, 1.0))
     xlim = xlim or span
     ymax = max(total, steps.serving.max() if len(steps) else 0.0,
                router.serving.max() if router is not None and len(router) else 0.0, 1.0)
-    common = dict(xlim=xlim, ylim=(0, ymax * 1.15), framewise=True)  # legend sits outside
-    tdim = hv.Dimension("t", label="time since run start (s)")
+    common = dict(xlim=xlim, ylim=(0, ymax * 1.15), framewise=True)
+    tdim = axes.time
     rt = router if router is not None else pd.DataFrame({"t": [], "serving": []})
+    named = (lambda df: df.rename(columns={"t": axes.t}))  # noqa: E731
+    tips = lambda what: [("", what), ("at (s)", f"@{axes.t}{{0,0.0}}"),  # noqa: E731
+                         ("serving", "@serving")]
     layers = [
-        hv.Curve(pd.DataFrame({"t": list(span), "serving": [total, total]}), tdim,
+        hv.Curve(named(pd.DataFrame({"t": list(span), "serving": [total, total]})), tdim,
                  "serving", label="shards in fleet").opts(
             color=style.NEUTRAL, line_dash="dashed", line_width=1, **common),
-        hv.Curve(steps, tdim, hv.Dimension("serving", label="serving"),
+        hv.Curve(named(steps), tdim, hv.Dimension("serving", label="serving"),
                  label="fleet serving shards").opts(
             interpolation="steps-post", color=style.OK, line_width=2, tools=["hover"],
-            **common),
-        hv.Curve(rt, tdim, "serving", label="router serving backends").opts(
+            hover_tooltips=tips("fleet serving shards"), **common),
+        hv.Curve(named(rt), tdim, "serving", label="router serving backends").opts(
             interpolation="steps-post", color=style.INFO, line_width=1.5, line_dash="dotdash",
-            tools=["hover"], **common),
+            tools=["hover"], hover_tooltips=tips("router serving backends"), **common),
     ]
-    return hv.Overlay(layers).opts(
-        hv.opts.Overlay(height=height, responsive=True, legend_position="right",
-                        legend_cols=1, fontsize={"legend": "8pt"}, show_grid=True,
-                        ylabel="shards", default_tools=["xpan", "xwheel_zoom", "reset"]))
+    return hv.Overlay(layers).opts(hv.opts.Overlay(**_time_opts(
+        height, ylabel="shards", fontsize={"yticks": "9pt", "xticks": "9pt", "ylabel": "9pt"})))
+
+
+SERVING_KEY = [("shards in the fleet", "┄", style.NEUTRAL),
+               ("fleet serving shards", "━", style.OK),
+               ("router serving backends", "━", style.INFO)]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 
 import holoviews as hv
+from bokeh.models import NumeralTickFormatter
 import numpy as np
 import pandas as pd
 
@@ -118,14 +119,16 @@ def waterfall_plot(rows: pd.DataFrame, *, title: str = "") -> hv.Overlay:
     n = len(rows)
     y = -rows.row.astype("float64") if n else pd.Series(dtype="float64")
     rects = pd.DataFrame({
-        "t": rows.start_ms.astype("float64"), "y": y - 0.4,
+        "t_trace": rows.start_ms.astype("float64"), "y_trace": y - 0.4,
         # a zero-length span still gets a sliver of a bar, so it can be hovered
         "t_end": np.maximum(rows.end_ms.astype("float64"),
                             rows.start_ms.astype("float64") + _sliver(rows)),
         "y_top": y + 0.4}).join(rows[["name", "service", "kind", "status", "start_ms",
                                       "duration_ms", "attrs", "span_id", "color", "label"]])
     is_open = rows.is_open.astype(bool).to_numpy() if n else np.array([], dtype=bool)
-    kdims = [hv.Dimension("t", label="ms since the trace started"), "y", "t_end", "y_top"]
+    # named apart from every other tab's axes: Panel links panes by dimension name
+    kdims = [hv.Dimension("t_trace", label="ms since the trace started"), "y_trace", "t_end",
+             "y_top"]
     vdims = ["name", "service", "kind", "status", "start_ms", "duration_ms", "attrs",
              "span_id", "color", "label"]
     # Bokeh refuses an empty tick list: an empty waterfall gets one blank tick
@@ -144,6 +147,7 @@ def waterfall_plot(rows: pd.DataFrame, *, title: str = "") -> hv.Overlay:
     height = int(np.clip(n * ROW_HEIGHT_PX + 80, 160, 2400))
     return hv.Overlay(layers).opts(hv.opts.Overlay(
         yticks=ticks, ylabel="", height=height, responsive=True, show_grid=True, title=title,
+        xformatter=NumeralTickFormatter(format="0,0.[00]"),
         gridstyle={"ygrid_line_alpha": 0.0, "xgrid_line_alpha": 0.25},
         fontsize={"yticks": "8pt", "xticks": "9pt"}, active_tools=["xwheel_zoom", "xpan"],
         default_tools=["xpan", "xwheel_zoom", "box_zoom", "reset", "save"]))

@@ -66,6 +66,9 @@ class Traces(View):
             self._echo = False
         if d.trace_id and d.trace_id != self._drawn_trace:
             self._draw(d.trace_id)
+        elif not d.trace_id and len(self._choices) and self._drawn_trace is None:
+            # nothing picked yet: open on a trace that matters rather than on an empty plot
+            self._draw(self.default_trace(), default=True)
         elif not len(self._choices):
             self._note.object = (f"<div class='rs-note'>"
                                  f"{html.escape(waiting_text(d) if d.run_id is None else 'No trace in this run yet.')}"
@@ -87,8 +90,32 @@ class Traces(View):
                 self._echo = False
             self._draw(event.new)
 
-    def _draw(self, trace_id: str) -> None:
+    def default_trace(self) -> str:
+        """The trace of a rollout the selected (or newest critical) incident names, else of
+        the newest failed try, else the newest trace."""
+        d = self.data
+        att = d.frames["rollout_attempts"]
+        if len(att) and "trace_id" in att:
+            from rolloutscope.dashboard.views import newest_critical
+
+            incident = d.incident or newest_critical(d)
+            named = d.incident_rollouts(incident) if incident else set()
+            for rows in (att[att.rollout_id.astype(str).isin(named)],
+                         att[att.outcome.isin(["failed", "cancelled"])]):
+                rows = rows.dropna(subset=["trace_id"]).sort_values("start_ns")
+                if len(rows):
+                    return str(rows.trace_id.iloc[-1])
+        return str(self._choices.trace_id.iloc[0])
+
+    def _draw(self, trace_id: str, *, default: bool = False) -> None:
         self._drawn_trace = trace_id
+        if default:
+            self._echo = True
+            try:
+                if trace_id in self.picker.options.values():
+                    self.picker.value = trace_id
+            finally:
+                self._echo = False
         spans, total = self.data.trace_spans(trace_id)
         rows = tp.waterfall_rows(spans)
         label = next((str(r.label) for r in self._choices.itertuples(index=False)
@@ -99,7 +126,9 @@ class Traces(View):
             for sv, c, n in tp.legend_rows(rows).itertuples(index=False))
         capped = (f"; showing the first {len(rows):,} of {total:,} spans"
                   if total > len(rows) else "")
-        self._note.object = (f"<div class='rs-note'>trace {html.escape(trace_id)}: "
+        opened = ("opened on this trace (a rollout an incident names, or the newest failed "
+                  "try); pick any other above. " if default else "")
+        self._note.object = (f"<div class='rs-note'>{opened}trace {html.escape(trace_id)}: "
                              f"{total:,} spans{capped}; red = failed, dashed = still open. "
                              f"Hover a bar for its attributes; every attribute is in the table "
                              f"below.</div><div class='rs-note'>{legend}</div>")

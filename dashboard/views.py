@@ -6,10 +6,15 @@ redraws one tab, and a hidden view catches up when it is shown again. Within a v
 redraws only when a frame it reads changed (``DataStore.frame_versions``).
 
 Two plots that share a time axis are two HoloViews panes in a Column, linked by Panel's
-``linked_axes`` through their common ``t`` dimension, never one HoloViews ``Layout``: Bokeh
+``linked_axes`` through their common time dimension, never one HoloViews ``Layout``: Bokeh
 lays out the ``GridPlot`` a Layout becomes at zero width when it sits in a tab that was hidden
 at first render beside another plot, inside a page-wide Column (bokeh/bokeh#13384), and never
-lays it out again; every plot of the Fleet tab drew nothing.
+lays it out again; every plot of the Fleet tab drew nothing. ``linked_axes`` links every pane of
+the page by dimension name, so each tab names its axes apart (``timeline_plot.Axes``).
+
+One time range for every tab (``TimeView``): a zoom or pan on any time plot becomes
+``DataStore.time_range``; the plots of the same tab follow in the browser through their shared
+axis, the other tabs draw it when they are next shown, and "Whole run" resets it.
 
 Text from the data (span
 attributes, incident summaries) is only ever shown escaped: HTML panes get ``html.escape``d
@@ -19,6 +24,7 @@ strings, tables use Tabulator's ``plaintext``/``textarea`` formatters, which san
 from __future__ import annotations
 
 import html
+import math
 from datetime import UTC, datetime
 
 import holoviews as hv
@@ -54,6 +60,10 @@ CSS = """
 .rs-story ol {padding-left: 22px; margin: 4px 0}
 .rs-critical {color: #d1495b} .rs-warning {color: #b7791f} .rs-info {color: #5b7db1}
 .rs-muted {color: #5d6d7e}
+.rs-keys {font-size: 12px; line-height: 1.6; color: #33414e; margin: 2px 0 0 0}
+.rs-key {display: inline-block; margin-right: 14px; white-space: nowrap}
+.rs-key span {font-size: 14px}
+.rs-plot-title {font-size: 13px; font-weight: 600; margin: 6px 0 0 0}
 """
 
 TEXT_COLUMNS_WIDE = {"summary", "error", "failure_reason", "detail", "subject",
@@ -141,25 +151,121 @@ class View(pn.viewable.Viewer):
         return True
 
     def _frames(self, *, rollout_ids=(), evidence=frozenset(), keep=None) -> tl.TimelineFrames:
+        d = self.data
+        names = ("checkpoint_windows", "checkpoint_ops", "shard_states", "rollout_attempts",
+                 "parked_intervals", "deadlines", "completions", "incidents")
+        return d.derived(("lane_frames", tuple(rollout_ids), evidence,
+                          None if keep is None else tuple(keep)), names,
+                         lambda: self._select_frames(names, rollout_ids, evidence, keep))
+
+    def _select_frames(self, names, rollout_ids, evidence, keep) -> tl.TimelineFrames:
         f = self.data.frames
-        sub = {name: f[name] for name in ("checkpoint_windows", "checkpoint_ops",
-                                          "shard_states", "rollout_attempts",
-                                          "parked_intervals", "deadlines", "completions",
-                                          "incidents")}
+        kept = set(names) if keep is None else set(keep) | {"incidents"}
+        sub = {name: f[name] if name in kept else f[name].iloc[:0] for name in names}
         ids = set(map(str, rollout_ids))
         for name in ("parked_intervals", "completions"):
-            sub[name] = sub[name].assign(
-                rollout_id=tl.group_rollout_ids(sub[name], sub["rollout_attempts"]))
+            if name in kept:
+                sub[name] = sub[name].assign(rollout_id=self.data.grouped_rollout_ids(name))
         for name in ("rollout_attempts", "parked_intervals", "deadlines", "completions"):
             df = sub[name]
             sub[name] = df[df.rollout_id.astype(str).isin(ids)] if len(df) else df
-        if keep is not None:
-            for name in set(sub) - set(keep) - {"incidents"}:
-                sub[name] = sub[name].iloc[:0]
         return tl.TimelineFrames(**sub, rollout_ids=tuple(rollout_ids), evidence=evidence)
 
     def _t0(self) -> int:
         return self.data.origin_ns()
+
+
+class TimeView(View):
+    """A view whose time plots show the run's one time range (``DataStore.time_range``).
+
+    A zoom or pan on one of its plots (``watch_range``) becomes the DataStore's range, which the
+    view's own plots already show (their axes are shared in the browser); a range set anywhere
+    else (another tab, an incident picked, "Whole run", a link) redraws this view's plots now if
+    it is on screen, else when it is next shown (``view_range``)."""
+
+    view_range = param.Integer(default=0, doc="bumped when the time range moved elsewhere")
+
+    def __init__(self, data: DataStore, **params) -> None:
+        super().__init__(data, **params)
+        self._shown_range: tuple[float, float] | None = None
+        self._range_stale = False
+        self._watched_ranges: set[int] = set()
+        data.param.watch(self._on_time_range, "time_range")
+        self.param.watch(self._range_on_show, "shown")
+
+    def _on_time_range(self, event) -> None:
+        if self.data.range_from(self):
+            return
+        if self.shown:
+            self.view_range += 1
+        else:
+            self._range_stale = True
+
+    def _range_on_show(self, event) -> None:
+        if event.new and self._range_stale:
+            self._range_stale = False
+            self.view_range += 1
+
+    def range_hook(self):
+        """A plot hook that reports the plot's x range to ``_on_range`` whenever it changes in
+        the browser (a zoom, a pan, a box zoom). A RangeX stream would do it, but one whose
+        source is a DynamicMap of overlays gets no callback (HoloViews attaches range callbacks
+        to element plots), so the hook watches the Bokeh range itself."""
+        watched = self._watched_ranges
+
+        def hook(plot, element) -> None:
+            rng = plot.state.x_range
+            if id(rng) in watched:
+                return
+            watched.add(id(rng))
+
+            def changed(attr, old, new) -> None:
+                self._on_range(x_range=(rng.start, rng.end))
+
+            rng.on_change("start", changed)
+            rng.on_change("end", changed)
+
+        return hook
+
+    def watched(self, element):
+        """``element`` (a time plot's overlay) with its x range watched."""
+        return element.opts(hv.opts.Overlay(hooks=[tl.frame_hook, self.range_hook()]))
+
+    def _on_range(self, x_range=None, **_) -> None:
+        if x_range is None or None in x_range:
+            return
+        rng = (float(x_range[0]), float(x_range[1]))
+        if not all(math.isfinite(v) for v in rng):
+            return  # a plot not laid out yet reports NaN
+        shown = self._shown_range
+        if shown is not None and all(abs(a - b) <= 1e-6 * max(1.0, abs(b))
+                                     for a, b in zip(rng, shown)):
+            return  # the range this view drew, echoed back by the browser
+        self._shown_range = rng
+        self.data.show_range(rng, source=self)
+
+    def xlim(self, default: tuple[float, float]) -> tuple[float, float]:
+        """The range to draw: the shared one, else this view's ``default``."""
+        rng = self.data.time_range or default
+        self._shown_range = rng
+        return rng
+
+
+def plot_title(text: str) -> pn.pane.HTML:
+    return pn.pane.HTML(f"<div class='rs-plot-title'>{html.escape(text)}</div>",
+                        stylesheets=[CSS], sizing_mode="stretch_width", margin=(0, 10))
+
+
+def key_pane(markup: str = "") -> pn.pane.HTML:
+    return pn.pane.HTML(markup, stylesheets=[CSS], sizing_mode="stretch_width",
+                        margin=(0, 10, 0, 10))
+
+
+def scrolling(pane: pn.pane.HoloViews) -> pn.Column:
+    """A lane plot taller than the screen scrolls inside its own box (its lanes stay readable,
+    the plots below stay in view)."""
+    return pn.Column(pane, scroll=True, max_height=style.MAX_VISIBLE_PLOT_PX,
+                     sizing_mode="stretch_width")
 
 
 class Overview(View):
@@ -284,128 +390,9 @@ class Overview(View):
                          self._table, holdings, sizing_mode="stretch_width")
 
 
-class Timeline(View):
-    """Checkpoint windows, participants, shards and rollouts on one linked time axis."""
-
-    follow = param.Boolean(default=True, doc="keep the x-range on the whole run as it grows")
-
-    def __init__(self, data: DataStore, **params) -> None:
-        super().__init__(data, **params)
-        self._user_range: tuple[float, float] | None = None
-        self._shown_range: tuple[float, float] | None = None
-        self._focus_for: str | None = None
-        streams = [hv.streams.Params(self, ["revision"]),
-                   hv.streams.Params(data, ["incident", "rollout_filter", "failure_class"])]
-        self.lanes = hv.DynamicMap(self._lanes, streams=streams)
-        self.serving = hv.DynamicMap(self._serving, streams=streams)
-        self._range = hv.streams.RangeX(source=self.lanes)
-        self._range.add_subscriber(self._on_range)
-        self.whole = pn.widgets.Button(label="Whole run", width=100)
-        self.whole.on_click(self._whole_run)
-
-    # the time window the plot shows
-    def _on_range(self, x_range=None, **_) -> None:
-        if x_range is not None and x_range != self._shown_range:
-            self._user_range = tuple(float(v) for v in x_range)
-
-    def _whole_run(self, *_):
-        d = self.data
-        self._user_range = (0.0, max((d.last_seen_ns() - d.origin_ns()) / S, 1.0))
-        self._focus_for = None
-        if self.data.incident is None:
-            self.data.param.trigger("version")
-        else:
-            self.data.incident = None
-
-    def xlim(self) -> tuple[float, float]:
-        d = self.data
-        t0, now = d.origin_ns(), d.last_seen_ns()
-        whole = (0.0, max((now - t0) / S, 1.0))
-        inc = d.selected_incident()
-        if inc is not None and self._focus_for != d.incident:
-            self._focus_for = d.incident
-            self._user_range = None
-            rng = tl.focus_range(inc, self._frames(
-                rollout_ids=d.rollout_lanes()[0], evidence=d.evidence(inc)), t0_ns=t0,
-                now_ns=now)
-        elif inc is None and self._focus_for is not None:
-            self._focus_for = None
-            self._user_range = None
-            rng = whole
-        elif self._user_range is not None:
-            rng = self._user_range
-        elif inc is not None and self._shown_range is not None:
-            rng = self._shown_range
-        else:
-            rng = self._drawn_extent(whole)
-        self._shown_range = rng
-        return rng
-
-    def _drawn_extent(self, whole: tuple[float, float]) -> tuple[float, float]:
-        """Where the bars are, padded, within the whole run: a run whose rows fill only part
-        of its time (a Gym deployment's rollouts after a minute of start-up) opens on them;
-        one whose rows span it (a shard's stay) opens on the whole run. "Whole run" resets."""
-        d = self.data
-        t0, now = d.origin_ns(), d.last_seen_ns()
-        frames = self._frames(rollout_ids=d.rollout_lanes()[0])
-        rects = tl.interval_rects(frames, tl.lanes_for(frames), t0, now)
-        if not len(rects):
-            return whole
-        lo, hi = float(rects.x0.min()), float(rects.x1.max())
-        pad = max((hi - lo) * 0.05, 1e-3)
-        return (max(whole[0], lo - pad), min(whole[1], hi + pad))
-
-    def _lanes(self, revision, incident, rollout_filter, failure_class):
-        d = self.data
-        ids, total = d.rollout_lanes()
-        frames = self._frames(rollout_ids=ids, evidence=d.evidence())
-        inc = d.selected_incident()
-        t0, now = d.origin_ns(), d.last_seen_ns()
-        highlight = None
-        if inc is not None:
-            end = inc["end_ns"] if pd.notna(inc["end_ns"]) else now
-            highlight = ((inc["start_ns"] - t0) / S, (end - t0) / S)
-        return tl.lane_plot(frames, t0_ns=t0, now_ns=now, xlim=self.xlim(),
-                            highlight=highlight)
-
-    @param.depends("revision", "data.incident", "data.rollout_filter", "data.failure_class")
-    def note(self) -> pn.pane.HTML:
-        d = self.data
-        ids, total = d.rollout_lanes()
-        if d.state() != "ok":
-            return empty_note(d, "rollout, checkpoint or fleet rows to draw",
-                              "The timeline draws rollout attempts (RL tries, Gym's "
-                              "gym.rollout), checkpoint operations and shard states.")
-        shown = f"showing {len(ids):,} of {total:,} rollouts" if total else "no rollouts"
-        which = d.rollout_filter + (f", {d.failure_class}" if d.failure_class != "any" else "")
-        return pn.pane.HTML(f"<span class='rs-note'>{html.escape(shown)} ({html.escape(which)})"
-                            "; wheel zooms time, drag pans; dashed outline = still open</span>",
-                            stylesheets=[CSS], sizing_mode="stretch_width")
-
-    def _serving(self, revision, incident, rollout_filter, failure_class):
-        d = self.data
-        t0, now = d.origin_ns(), d.last_seen_ns()
-        return tl.serving_plot(d.frames["shard_states"], t0_ns=t0, now_ns=now,
-                               xlim=self._shown_range,
-                               router=plots.router_samples(d.frames["serving_samples"], t0))
-
-    def incident_select(self) -> pn.widgets.Select:
-        return incident_selector(self.data)
-
-    def __panel__(self):
-        controls = pn.Row(
-            self.incident_select(),
-            pn.widgets.Select.from_param(self.data.param.rollout_filter, label="rollouts",
-                                         width=150),
-            pn.widgets.Select.from_param(self.data.param.failure_class, label="failure class",
-                                         width=110),
-            self.whole, sizing_mode="stretch_width")
-        return pn.Column(controls, self.note, *linked_plots(self.lanes, self.serving),
-                         sizing_mode="stretch_width")
-
-
 def linked_plots(*plots) -> list[pn.pane.HoloViews]:
-    """One page-wide pane per plot; Panel links their x-ranges through the shared ``t``."""
+    """One page-wide pane per plot; Panel links their x-ranges through their shared time
+    dimension."""
     return [pn.pane.HoloViews(plot, sizing_mode="stretch_width", linked_axes=True)
             for plot in plots]
 
@@ -530,87 +517,6 @@ class Checkpoints(View):
             self._steps, sizing_mode="stretch_width")
 
 
-# the Fleet's own time axis: linked between its two plots, not with the Timeline's
-FLEET_TIME = hv.Dimension("t_fleet", label="time since run start (s)")
-
-
-class Fleet(View):
-    """Shard lanes, transitions with triggers, probe vs reported failures, router vs fleet."""
-
-    FRAMES = ("shard_states", "serving_samples", "run_thresholds", "model_calls",
-              "span_catalog")
-
-    def __init__(self, data: DataStore, **params) -> None:
-        super().__init__(data, **params)
-        self._transitions = text_table(self._rows(), page_size=15)
-        self._streaks = pn.pane.HoloViews(plots.failure_streaks(data.frames["shard_states"]),
-                                          sizing_mode="stretch_width")
-        self._router_note = pn.pane.HTML(self._router_text(), stylesheets=[CSS])
-        self._backends = text_table(self._backend_rows(), page_size=10)
-        self._empty = pn.Column(sizing_mode="stretch_width")
-        self._show_empty()
-        self._changed("tables", *self.FRAMES)
-        self.param.watch(self._update, "revision")
-
-    def _rows(self) -> pd.DataFrame:
-        return plots.transitions_table(self.data.frames["shard_states"], self._t0())
-
-    def _backend_rows(self) -> pd.DataFrame:
-        return plots.backend_summary(self.data.frames["model_calls"], self._t0())
-
-    def _show_empty(self) -> None:
-        if len(self.data.frames["shard_states"]):
-            self._empty[:] = []
-            return
-        backends = self.data.frames["model_calls"].backend.nunique()
-        seen = (f" The model backends its model calls reached ({backends}) are listed below."
-                if backends else "")
-        self._empty[:] = [empty_note(
-            self.data, "generation-fleet health telemetry",
-            "Shard states come from rl.gen_fleet.* spans (rolloutscope's fleet-health wrapper "
-            "or the RL log importer)." + seen)]
-
-    def _update(self, event) -> None:
-        if self._changed("tables", *self.FRAMES):
-            self._transitions.value = self._rows()
-            self._streaks.object = plots.failure_streaks(self.data.frames["shard_states"])
-            self._router_note.object = self._router_text()
-            self._backends.value = self._backend_rows()
-            self._show_empty()
-
-    def _lanes(self, revision):
-        d = self.data
-        frames = self._frames(keep=("checkpoint_windows", "shard_states"))
-        return tl.lane_plot(frames, t0_ns=d.origin_ns(), now_ns=d.last_seen_ns(),
-                            markers=False).redim(t=FLEET_TIME)
-
-    def _serving(self, revision):
-        d = self.data
-        t0 = d.origin_ns()
-        return tl.serving_plot(d.frames["shard_states"], t0_ns=t0, now_ns=d.last_seen_ns(),
-                               router=plots.router_samples(d.frames["serving_samples"], t0)
-                               ).redim(t=FLEET_TIME)
-
-    def lanes(self) -> list[pn.pane.HoloViews]:
-        streams = [hv.streams.Params(self, ["revision"])]
-        return linked_plots(hv.DynamicMap(self._lanes, streams=streams),
-                            hv.DynamicMap(self._serving, streams=streams))
-
-    def _router_text(self) -> str:
-        if self.data.frames["serving_samples"].router_serving.notna().any():
-            return ""
-        return "<span class='rs-note'>router serving backends: no samples in this run</span>"
-
-    def __panel__(self):
-        return pn.Column(self._empty, *self.lanes(), self._router_note, pn.Row(
-            pn.Column("**Transitions** (trigger, streak counters, error)", self._transitions,
-                      sizing_mode="stretch_width"),
-            pn.Column(self._streaks, width=420)),
-            "**Model backends** (from model_calls: each backend a traced model call reached; "
-            "latency is the backend's, tries include retries)",
-            self._backends, sizing_mode="stretch_width")
-
-
 class Rollouts(View):
     """Attempts with outcome / failure-class filters; deadline-versus-snapshot overlap; Gym's
     own rollouts, model calls and counters where the run has them. Picking a rollout opens
@@ -706,7 +612,14 @@ class Rollouts(View):
         if not len(ov):
             return pn.pane.HTML("<span class='rs-note'>No rollout deadline crossed a snapshot "
                                 "window.</span>", stylesheets=[CSS])
-        return pn.pane.HoloViews(plots.overlap_plot(ov), sizing_mode="stretch_width")
+        shown = ov.row.nunique()
+        return pn.Column(
+            plot_title("Rollout deadlines against the snapshots they crossed"),
+            key_pane(tl.key_html(plots.OVERLAP_KEY, note=(
+                f"{shown:,} deadline(s), fired ones first; seconds since each deadline "
+                "started"))),
+            pn.pane.HoloViews(plots.overlap_plot(ov), sizing_mode="stretch_width"),
+            sizing_mode="stretch_width")
 
     def _update(self, event) -> None:
         if event.name in ("outcomes", "failure_class") and not self.shown:
@@ -733,73 +646,18 @@ class Rollouts(View):
                          filters, self._table, self._gym_part, sizing_mode="stretch_width")
 
 
-class IncidentDetail(View):
-    """An incident as a numbered story beside a mini timeline: the selected one, else the
-    newest critical one."""
-
-    def shown_incident(self):
-        d = self.data
-        inc = d.selected_incident()
-        if inc is None and (newest := newest_critical(d)) is not None:
-            rows = d.frames["incidents"]
-            inc = rows[rows.incident_id.astype(str) == newest].iloc[0].to_dict()
-        return inc
-
-    @param.depends("data.incident", "revision")
-    def story(self):
-        d = self.data
-        inc = self.shown_incident()
-        if inc is None:
-            return pn.pane.HTML("<span class='rs-note'>No incident in this run yet; select one "
-                                "when it appears.</span>", stylesheets=[CSS])
-        incidents = d.frames["incidents"]
-        st = incident_story(inc, d.frames, t0_ns=self._t0(), incidents=incidents)
-        cause = None
-        if st.caused_by:
-            rows = incidents[incidents.incident_id == st.caused_by]
-            cause = str(rows.summary.iloc[0]) if len(rows) else None
-        note = "" if d.incident else ("<div class='rs-note'>the newest critical incident; pick "
-                                      "another above</div>")
-        return pn.pane.HTML(note + story_html(st, subject=str(inc["subject"]),
-                                              caused_by_summary=cause),
-                            stylesheets=[CSS], sizing_mode="stretch_width")
-
-    @param.depends("data.incident", "revision")
-    def mini_timeline(self):
-        d = self.data
-        inc = self.shown_incident()
-        if inc is None:
-            return pn.Spacer(height=0)
-        ev = d.evidence(inc)
-        ids = sorted(d.incident_rollouts(str(inc["incident_id"])))
-        frames = self._frames(rollout_ids=ids, evidence=ev)
-        ops = frames.checkpoint_ops
-        cks = set(ops.checkpoint_id[ops.span_id.isin(ev)]) | set(
-            d.frames["parked_intervals"].checkpoint_id[
-                d.frames["parked_intervals"].span_id.isin(ev)])
-        sh = frames.shard_states
-        shards = set(sh.shard_idx[sh.span_id.isin(ev)])
-        frames = tl.TimelineFrames(
-            checkpoint_windows=frames.checkpoint_windows,
-            checkpoint_ops=ops[ops.checkpoint_id.isin(cks) | ops.span_id.isin(ev)],
-            shard_states=sh[sh.shard_idx.isin(shards)],
-            rollout_attempts=frames.rollout_attempts, parked_intervals=frames.parked_intervals,
-            deadlines=frames.deadlines, completions=frames.completions,
-            incidents=frames.incidents, rollout_ids=frames.rollout_ids, evidence=ev)
-        t0, now = self._t0(), d.last_seen_ns()
-        end = inc["end_ns"] if pd.notna(inc["end_ns"]) else now
-        plot = tl.lane_plot(frames, t0_ns=t0, now_ns=now,
-                            xlim=tl.focus_range(inc, frames, t0_ns=t0, now_ns=now),
-                            highlight=((inc["start_ns"] - t0) / S, (end - t0) / S))
-        return pn.pane.HoloViews(plot, sizing_mode="stretch_width")
-
-    def __panel__(self):
-        return pn.Column(incident_selector(self.data, fallback=newest_critical),
-                         pn.Row(pn.Column(self.story, width=620),
-                                pn.Column(self.mini_timeline, sizing_mode="stretch_width"),
-                                sizing_mode="stretch_width"),
-                         sizing_mode="stretch_width")
+# the time-axis tabs live in their own modules, which build on the View classes above; they are
+# still importable from here (notebooks do: ``from rolloutscope.dashboard.views import Fleet``)
+_ELSEWHERE = {"Timeline": "time_views", "Fleet": "time_views", "IncidentDetail": "incident_view"}
 
 
-__all__ = ["Overview", "Timeline", "Checkpoints", "Fleet", "Rollouts", "IncidentDetail",
-           "style"]
+def __getattr__(name: str):
+    if name in _ELSEWHERE:
+        import importlib
+
+        module = importlib.import_module(f"rolloutscope.dashboard.{_ELSEWHERE[name]}")
+        return getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["Overview", "Checkpoints", "Rollouts", "TimeView", "View", "style", *_ELSEWHERE]

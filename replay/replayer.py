@@ -89,9 +89,14 @@ class Capture:
     judge_outcomes: bool = True
 
 
-def capture_from_store(path: str | Path, run_id: str | None = None, *,
+def capture_from_store(path: str | Path | RunStore, run_id: str | None = None, *,
                        incident_id: str | None = None, pad_s: float | None = None) -> Capture:
-    with RunStore(path, read_only=True) as store:
+    """A capture of a run in a store file, or in a store already open (a collector's, which
+    holds its file: DuckDB admits no second connection to it)."""
+    with ExitStack() as stack:
+        store = path if isinstance(path, RunStore) else \
+            stack.enter_context(RunStore(path, read_only=True))
+        path = store.path
         extraction = extract_scenario(store, run_id, incident_id=incident_id, pad_s=pad_s)
         rid = extraction.report.run_id
         incidents = runs.incident_frame(store, rid)

@@ -27,6 +27,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "rolloutscope.cli.replay",
     "rolloutscope.cli.demo",
     "rolloutscope.cli.doctor",
+    "rolloutscope.cli.export",
+    "rolloutscope.cli.diff",
 )
 
 

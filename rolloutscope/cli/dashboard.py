@@ -24,13 +24,18 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     if not is_loopback(args.address):
         print(f"rolloutscope dashboard: serving on {args.address}, reachable beyond this "
               "machine; the dashboard has no authentication", file=sys.stderr)
-    with RunStore(args.run, read_only=True) as store:
+    from contextlib import ExitStack
+
+    with ExitStack() as stack:
+        store = stack.enter_context(RunStore(args.run, read_only=True))
         if args.run_id is not None and args.run_id not in store.run_ids():
             from rolloutscope.cli import UsageError
 
             raise UsageError(f"no run {args.run_id!r} in {store.path}")
+        compare = (stack.enter_context(RunStore(args.compare, read_only=True))
+                   if args.compare else None)
         serve_dashboard(store, port=args.port, address=args.address, live=False,
-                        show=not args.no_browser, run_id=args.run_id,
+                        show=not args.no_browser, run_id=args.run_id, compare=compare,
                         on_ready=lambda url: print(f"dashboard: {url}", flush=True))
     return 0
 
@@ -44,4 +49,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"address to bind (default {DEFAULT_ADDRESS})")
     p.add_argument("--run-id", default=None, help="run to show when the file holds several")
     p.add_argument("--no-browser", action="store_true", help="do not open a browser")
+    p.add_argument("--compare", default=None, metavar="OTHER.duckdb",
+                   help="another run store whose runs the Replay and Diff tabs offer")
     p.set_defaults(handler=cmd_dashboard)

@@ -5,7 +5,9 @@ file; the live dashboard over that file on 127.0.0.1; and the built-in ``demo`` 
 in accelerated wall-clock time, exported over OTLP through the stock exporter into the collector
 — the path a real training process takes. The composite run has healthy stretches, a shard
 quarantine, a snapshot that outlasts a rollout deadline (and the finished try nobody ACKs), and
-a stall, each within a couple of minutes at the default speed.
+a stall, each within a couple of minutes at the default speed. Once the live run has finished,
+it is replayed on the virtual clock with the known fix for each of its incidents, into the same
+file as runs whose parent is the live one, so the dashboard's Replay tab shows before and after.
 """
 
 from __future__ import annotations
@@ -69,8 +71,36 @@ class CollectorThread:
         self._thread.join(timeout_s)
 
 
+def replay_with_fixes(store, run_id: str, kinds: list[str], url: str) -> None:
+    """Replay the finished live run with the fix for each of its incidents, into its own file
+    (virtual clock: seconds), and say what each replay did to the incidents."""
+    from rolloutscope.replay.fixes import fix_plans, replay_fixes
+
+    plans, unfixed = fix_plans(kinds)
+    if not plans:
+        print("rolloutscope demo: no incident of this run has a fix to replay", flush=True)
+        return
+    t = time.perf_counter()
+    print(f"rolloutscope demo: replaying the run with the fix for each incident "
+          f"({len(plans)} replay(s) on the virtual clock)", flush=True)
+    for plan, result in replay_fixes(store, run_id, plans):
+        if result.error is not None:
+            print(f"  {'+'.join(plan.variants)}: failed: {result.error}", flush=True)
+            continue
+        said = "; ".join(f"{len(keys)} {what}" for what, keys in (
+            ("vanished", result.vanished), ("reproduced", result.reproduced),
+            ("appeared", result.appeared)) if keys)
+        print(f"  run {result.run_id} (fixes {', '.join(plan.variants)} for "
+              f"{', '.join(plan.kinds)}): incidents {said or 'none'}", flush=True)
+    if unfixed:
+        print(f"  no variant fixes {', '.join(unfixed)} (each replay above says whether they recur)",
+              flush=True)
+    print(f"rolloutscope demo: fix replays written in {time.perf_counter() - t:,.1f} s; the "
+          f"Replay tab at {url} compares each with the live run", flush=True)
+
+
 def run_demo(*, db: Path, scenario_name: str, speed: float, port: int, open_browser: bool,
-             exit_after_replay: bool, stop: threading.Event) -> int:
+             exit_after_replay: bool, stop: threading.Event, fixes: bool = True) -> int:
     from rolloutscope.collectors.service import CollectorConfig
     from rolloutscope.vocabulary import RunSource
     from rolloutscope.dashboard.app import start_dashboard
@@ -113,6 +143,8 @@ def run_demo(*, db: Path, scenario_name: str, speed: float, port: int, open_brow
         found = ", ".join(f"{kind} x{n}" for kind, n in incidents) or "none"
         print(f"rolloutscope demo: replay finished ({result.spans:,} spans, "
               f"{result.simulated_s:,.0f} simulated s); incidents: {found}", flush=True)
+        if fixes:
+            replay_with_fixes(store, run_id, [kind for kind, _ in incidents], dashboard.url)
         if not exit_after_replay:
             print(f"  the dashboard keeps serving at {dashboard.url}; Ctrl-C to stop", flush=True)
             stop.wait()
@@ -135,7 +167,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     return run_demo(db=db, scenario_name=args.scenario, speed=args.speed, port=args.port,
                     open_browser=not args.no_browser, exit_after_replay=args.exit_after_replay,
-                    stop=stop)
+                    stop=stop, fixes=not args.no_fix_replays)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -152,4 +184,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-browser", action="store_true", help="do not open a browser")
     p.add_argument("--exit-after-replay", action="store_true",
                    help="stop once the replay has finished instead of serving until Ctrl-C")
+    p.add_argument("--no-fix-replays", action="store_true",
+                   help="do not replay the finished run with the fix for each incident")
     p.set_defaults(handler=cmd_demo)

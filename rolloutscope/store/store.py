@@ -350,10 +350,11 @@ class RunStore:
                     " AND s.trace_id = o.trace_id)"), attempts=20)
         elif not self.read_only:
             with contextlib.suppress(duckdb.Error):
-                self._con.execute(
+                self._con.execute(  # each run's own: runs of one seed share span ids
                     "DELETE FROM open_spans o WHERE EXISTS "
                     "(SELECT 1 FROM spans s WHERE s.span_id = o.span_id "
-                    " AND s.trace_id = o.trace_id)")
+                    " AND s.trace_id = o.trace_id "
+                    " AND s.run_id IS NOT DISTINCT FROM o.run_id)")
                 self._con.execute("CHECKPOINT")
         for cur in self._thread_cursors:
             cur.close()

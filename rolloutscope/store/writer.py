@@ -340,13 +340,16 @@ class StoreWriter:
         self.stats.last_commit_ms = (time.perf_counter() - t0) * 1000
 
     def _delete_markers_of(self, spans: pa.Table) -> int:
-        """Drop the start markers of spans that ended; returns how many there were."""
+        """Drop the start markers of spans that ended; returns how many there were. A marker
+        is its own run's: two runs of one seed in one file (a capture and its replay) share
+        span ids, and one must not close the other's open intervals."""
         con = self._con
         con.register("_rs_ended", spans)
         try:
             deleted = con.execute(
                 "DELETE FROM open_spans o USING _rs_ended b "
-                "WHERE o.span_id = b.span_id AND o.trace_id = b.trace_id").fetchall()
+                "WHERE o.span_id = b.span_id AND o.trace_id = b.trace_id "
+                "AND o.run_id IS NOT DISTINCT FROM b.run_id").fetchall()
         finally:
             con.unregister("_rs_ended")
         return deleted[0][0] if deleted else 0

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from rolloutscope.store import RunStore
+from rolloutscope.dashboard import style
 from rolloutscope.dashboard.app import start_dashboard
 
 playwright_api = pytest.importorskip("playwright.sync_api")
@@ -183,8 +184,9 @@ def test_every_fleet_plot_draws_the_shard_lanes_first(page, tmp_path):
     plots = wait_for_every_plot(page, 3)
     page.screenshot(path=str(tmp_path / "fleet.png"), full_page=True)
     lanes, serving = plots[0], plots[1]
-    assert lanes[2] == 260 and lanes[3] > 2000  # five lanes of coloured bars, page-wide
-    assert serving[2] == 130
+    # five lanes of coloured bars, page-wide, each lane as tall as the style allows
+    assert lanes[2] == style.lane_plot_height(5) and lanes[3] > 2000
+    assert serving[2] == style.SERVING_HEIGHT_PX
     assert page.errors == []
 
 

@@ -37,6 +37,8 @@ START_TIMEOUT_S = 60
 # time at 100x, plus a few refresh ticks before the incident views are read again
 INCIDENT_TIMEOUT_MS = 45_000
 STOP_TIMEOUT_S = 60
+# the live run (12 s at 100x) and then three fix replays on the virtual clock
+FIX_REPLAYS_TIMEOUT_S = 240
 
 
 class DemoProcess:
@@ -115,6 +117,18 @@ def test_the_demo_shows_its_incidents_live_and_stops_cleanly_on_sigterm(demo, tm
             open_tab(page, "Incident")
             page.get_by_text("Step by step").wait_for()
             page.screenshot(path=str(tmp_path / "demo_incident.png"), full_page=True)
+
+            # the demo ends by replaying its incidents with their fixes into the live file;
+            # the open page's Replay tab picks them up: before/after, verdicts, outcome counts
+            demo.wait_for(r"fix replays written", FIX_REPLAYS_TIMEOUT_S)
+            open_tab(page, "Replay")
+            page.get_by_text("rollout lanes").first.wait_for()
+            page.locator(".tabulator-cell", has_text="vanished").first.wait_for()
+            page.locator(".tabulator-cell", has_text="deadline_fired_while_parked").first \
+                .wait_for()
+            page.locator(".tabulator-cell", has_text="committed").first.wait_for()
+            wait_for_every_plot(page, 2)  # before and after
+            page.screenshot(path=str(tmp_path / "demo_replay.png"), full_page=True)
             assert errors == []
         finally:
             browser.close()

@@ -134,5 +134,5 @@ class TestReplayView:
     def test_the_app_has_a_replay_tab(self, pair_path):
         with RunStore(pair_path, read_only=True) as store:
             app = build_app(store, live=False, run_id=CAPTURE)
-            assert app[1]._names[-1] == "Replay"
+            assert app[1]._names[-2:] == ["Replay", "Diff"]
             assert pn.panel(app.dashboard.replay).get_root() is not None

@@ -219,3 +219,27 @@ def test_a_marker_and_its_span_in_one_commit_leave_no_open_interval(store_path):
         assert store.query("SELECT count(*) FROM open_spans") == [(0,)]
         assert store.query("SELECT span_id, end_ns, is_open FROM all_spans") == [
             ("2" * 16, 5, False)]
+
+
+def test_a_span_that_ends_closes_only_its_own_runs_open_interval(store_path):
+    """A capture and its replay share span ids (the engine derives them from the seed): the
+    replay ending a span must not close the capture's interval of the same id."""
+    with RunStore(store_path) as store:
+        common = dict(trace_id="a" * 32, parent_span_id=None, name="rl.gen_fleet.shard_state",
+                      kind="INTERNAL", service="svc", start_ns=1, status_code="UNSET",
+                      status_message=None, resource_json=None, scope=None)
+        opened = RowBatch()
+        for run_id in ("capture", "replay"):
+            opened.add_span(run_id=run_id, span_id="1" * 16, end_ns=1,
+                            attributes={"rolloutscope.open_marker_for": "2" * 16}, **common)
+        store.writer().write(opened)
+        assert store.query("SELECT run_id FROM open_spans ORDER BY run_id") == [
+            ("capture",), ("replay",)]
+        ended = RowBatch()
+        ended.add_span(run_id="replay", span_id="2" * 16, end_ns=5, attributes={}, **common)
+        store.writer().write(ended)
+        assert store.query("SELECT run_id FROM open_spans") == [("capture",)]
+        assert store.query("SELECT run_id, is_open FROM all_spans ORDER BY run_id") == [
+            ("capture", True), ("replay", False)]
+    with RunStore(store_path) as store:  # closing drops markers of ended spans: of its run only
+        assert store.query("SELECT run_id FROM open_spans") == [("capture",)]

@@ -1,0 +1,110 @@
+"""First render of every dashboard view on a synthetic run, against a baseline in the same run.
+
+    .venv/bin/python benchmarks/bench_render.py [--spans 10000000] [--reps 3] [--db RUN.duckdb]
+
+Writes a synthetic run (benchmarks/synthetic.py: ~11 spans per prompt, so 10M spans are ~900k
+prompts with their tries, deadlines, parked intervals and completions) unless ``--db`` names
+one, loads it once into a DataStore, then times the first render of each view
+(``pn.panel(view).get_root()``: every plot built and its Bokeh models made) in a fresh session
+of views, ``--reps`` times each, alternating two ways of drawing:
+
+- baseline: each element derives its own selections (the rollout lanes, the rollouts the
+  incidents name, Gym rows mapped onto their prompt group, the lane frames), as the dashboard
+  did before; ``DataStore.remember_derived = False``;
+- now: a session derives each once per frame change and every element reuses it.
+
+Prints the median of each, their ratio, the target (0.4 s per view) and the machine's
+``uptime`` load before and after: read ratios on a busy machine, not absolutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import panel as pn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from synthetic import generate  # noqa: E402
+
+from rolloutscope.dashboard.app import (  # noqa: E402
+    Checkpoints,
+    Fleet,
+    IncidentDetail,
+    Overview,
+    Rollouts,
+    Timeline,
+)
+from rolloutscope.dashboard.datastore import DataStore  # noqa: E402
+from rolloutscope.store import RunStore  # noqa: E402
+
+VIEW_CLASSES = {"overview": Overview, "timeline": Timeline, "checkpoints": Checkpoints,
+                "fleet": Fleet, "rollouts": Rollouts, "incident": IncidentDetail}
+VIEWS = tuple(VIEW_CLASSES)
+TARGET_MS = 400.0
+
+
+def load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} on {os.cpu_count()} CPUs"
+
+
+def render_ms(data: DataStore, name: str, *, remember: bool) -> float:
+    DataStore.remember_derived = remember
+    data._derived.clear()  # a new session's first render derives everything anew
+    view = VIEW_CLASSES[name](data)  # the one view: a whole Dashboard builds every tab
+    t = time.perf_counter()
+    pn.panel(view).get_root()
+    return (time.perf_counter() - t) * 1e3
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--spans", type=int, default=10_000_000)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--db", type=Path, help="an existing run file instead of a synthetic one")
+    args = ap.parse_args(argv)
+    print(f"before: {load()}")
+    tmp = Path(tempfile.mkdtemp(prefix="rolloutscope-bench-render-"))
+    try:
+        db = args.db
+        if db is None:
+            db = tmp / "synthetic.duckdb"
+            t = time.perf_counter()
+            counts = generate(db, spans=args.spans)
+            print(f"synthesised {counts['spans']:,} spans in {time.perf_counter() - t:,.1f} s")
+        with RunStore(db, read_only=True) as store:
+            run_id = store.run_ids()[-1]
+            t = time.perf_counter()
+            data = DataStore(store, run_id=run_id)
+            rows = {k: len(v) for k, v in data.frames.items() if len(v)}
+            print(f"run {run_id}: DataStore load {time.perf_counter() - t:,.1f} s; rows "
+                  + ", ".join(f"{k} {v:,}" for k, v in rows.items()))
+            for name in VIEWS:  # warm the process: imports, Bokeh's first models
+                render_ms(data, name, remember=True)
+            print(f"{'view':<12} {'baseline ms':>12} {'now ms':>8} {'now/baseline':>13}  "
+                  f"target {TARGET_MS:.0f} ms (median of {args.reps})")
+            for name in VIEWS:
+                base, now = [], []
+                for _ in range(args.reps):
+                    base.append(render_ms(data, name, remember=False))
+                    now.append(render_ms(data, name, remember=True))
+                b, n = statistics.median(base), statistics.median(now)
+                flag = "ok" if n <= TARGET_MS else "OVER"
+                print(f"{name:<12} {b:>12,.0f} {n:>8,.0f} {n / b:>13.2f}  {flag}", flush=True)
+            DataStore.remember_derived = True
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"after: {load()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
