@@ -74,19 +74,23 @@ class Scheduler:
     def now(self) -> float:
         return self.clock.t
 
+    # ``at`` and ``after`` push themselves (no shared helper): a large replay schedules a few
+    # hundred thousand events, and a call level each is measurable
     def at(self, t: float, fn: Callable[..., Any], *args: Any,
            priority: Priority = Priority.WORK) -> Timer:
-        return self._push(t, priority, fn, args)
-
-    def after(self, dt: float, fn: Callable[..., Any], *args: Any,
-              priority: Priority = Priority.WORK) -> Timer:
-        return self._push(self.clock.t + dt, priority, fn, args)
-
-    def _push(self, t: float, priority: Priority, fn: Callable[..., Any],
-              args: tuple[Any, ...]) -> Timer:
         now = self.clock.t
         if t < now:
             t = now  # never schedule into the past
+        timer = Timer(fn, args)
+        heapq.heappush(self._heap, (t, priority, next(self._seq), timer))
+        return timer
+
+    def after(self, dt: float, fn: Callable[..., Any], *args: Any,
+              priority: Priority = Priority.WORK) -> Timer:
+        now = self.clock.t
+        t = now + dt
+        if t < now:
+            t = now  # a negative delay: never schedule into the past
         timer = Timer(fn, args)
         heapq.heappush(self._heap, (t, priority, next(self._seq), timer))
         return timer
