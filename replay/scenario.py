@@ -386,20 +386,22 @@ def _generate(gen: GeneratedPrompts, rows: int, rng: random.Random) -> list[Prom
     then per row its turn count and per turn its model and tool durations).
 
     ``scale-16k`` draws over a hundred thousand turns, a tenth of its replay's time when each
-    went through ``Random.uniform`` and the frozen dataclass ``__init__`` (a guarded
-    ``object.__setattr__`` per field). So ``uniform`` is inlined as the very expression it
-    computes (``a + (b - a) * random()``), and each turn is filled in with one dict: the
-    fields are the same values the constructor would set (``test_scenario`` checks both ways
-    against the constructor).
+    went through ``Random.uniform`` and the frozen dataclass ``__init__`` (keyword arguments
+    and a guarded ``object.__setattr__`` per field). So ``uniform`` is inlined as the very
+    expression it computes (``a + (b - a) * random()``), and each turn's fields are set with
+    ``object.__setattr__`` in declaration order, the values its constructor would set: the
+    turn keeps the compact instance layout the constructor gives it (a ``__dict__`` assigned
+    whole would double its size). ``test_generated_workload`` checks it against the
+    constructor.
     """
     random_, randint = rng.random, rng.randint
     model_lo, model_span = gen.model_s_min, gen.model_s_max - gen.model_s_min
     tool_lo, tool_span = gen.tool_s_min, gen.tool_s_max - gen.tool_s_min
     window = gen.arrival_window_s
     turns_min, turns_max = gen.turns_min, gen.turns_max
-    fixed = _turn_fields(Turn(model_s=0.0, input_tokens=gen.input_tokens,
-                              output_tokens=gen.output_tokens))
-    new, set_dict = object.__new__, object.__setattr__
+    fixed = tuple(_turn_fields(Turn(model_s=0.0, input_tokens=gen.input_tokens,
+                                    output_tokens=gen.output_tokens)).items())
+    new, set_field = object.__new__, object.__setattr__
     prompts = []
     for i in range(gen.count):
         arrival = round(window * random_(), 3)  # uniform(0, window), to the bit
@@ -408,10 +410,11 @@ def _generate(gen: GeneratedPrompts, rows: int, rng: random.Random) -> list[Prom
             turns = []
             for _ in range(randint(turns_min, turns_max)):
                 turn = new(Turn)
-                fields = fixed.copy()
-                fields["model_s"] = round(model_lo + model_span * random_(), 3)
-                fields["tool_s"] = round(tool_lo + tool_span * random_(), 3)
-                set_dict(turn, "__dict__", fields)
+                model_s = round(model_lo + model_span * random_(), 3)
+                tool_s = round(tool_lo + tool_span * random_(), 3)
+                for name, value in fixed:
+                    set_field(turn, name, model_s if name == "model_s"
+                              else tool_s if name == "tool_s" else value)
                 turns.append(turn)
             group.append(Row(turns=tuple(turns)))
         prompts.append(Prompt(idx=gen.first_idx + i, arrival_s=arrival, rows=tuple(group)))
