@@ -28,7 +28,8 @@ import heapq
 import itertools
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from enum import IntEnum
 from typing import Any, Protocol
 
@@ -74,19 +75,23 @@ class Scheduler:
     def now(self) -> float:
         return self.clock.t
 
+    # ``at`` and ``after`` push themselves (no shared helper): a large replay schedules a few
+    # hundred thousand events, and a call level each is measurable
     def at(self, t: float, fn: Callable[..., Any], *args: Any,
            priority: Priority = Priority.WORK) -> Timer:
-        return self._push(t, priority, fn, args)
-
-    def after(self, dt: float, fn: Callable[..., Any], *args: Any,
-              priority: Priority = Priority.WORK) -> Timer:
-        return self._push(self.clock.t + dt, priority, fn, args)
-
-    def _push(self, t: float, priority: Priority, fn: Callable[..., Any],
-              args: tuple[Any, ...]) -> Timer:
         now = self.clock.t
         if t < now:
             t = now  # never schedule into the past
+        timer = Timer(fn, args)
+        heapq.heappush(self._heap, (t, priority, next(self._seq), timer))
+        return timer
+
+    def after(self, dt: float, fn: Callable[..., Any], *args: Any,
+              priority: Priority = Priority.WORK) -> Timer:
+        now = self.clock.t
+        t = now + dt
+        if t < now:
+            t = now  # a negative delay: never schedule into the past
         timer = Timer(fn, args)
         heapq.heappush(self._heap, (t, priority, next(self._seq), timer))
         return timer
@@ -140,27 +145,38 @@ class Driver(Protocol):
     def run(self, scheduler: Scheduler, horizon: float) -> None: ...
 
 
+# net allocations between young-generation collections while a replay computes
+YOUNG_COLLECTION_EVERY = 100_000
+
+
 class VirtualDriver:
-    """As fast as the CPU allows.
+    """As fast as the CPU allows, with the cyclic collector held back (``few_collections``)."""
+
+    YOUNG_COLLECTION_EVERY = YOUNG_COLLECTION_EVERY
+
+    def run(self, scheduler: Scheduler, horizon: float) -> None:
+        with few_collections():
+            scheduler.run_until(horizon)
+
+
+@contextmanager
+def few_collections() -> Iterator[None]:
+    """Collect the young generation only every ``YOUNG_COLLECTION_EVERY`` net allocations
+    (cycles are still found) and the older ones rarely; the previous thresholds come back
+    after.
 
     A large replay keeps a few hundred thousand objects alive (the scenario's turns, open runs,
     their spans and events, timers) while it allocates and frees millions more, nearly all of
     them freed by reference counting. At its default thresholds CPython's cyclic collector
-    would still walk that live set again and again: about a third of ``scale-16k``'s time. So
-    while the driver runs, the young generation is collected only every
-    ``YOUNG_COLLECTION_EVERY`` net allocations (cycles are still found) and the older ones
-    rarely; the previous thresholds come back when it returns.
+    would walk that live set again and again: about a third of ``scale-16k``'s event loop, and
+    half of drawing its workload of 112,000 turns.
     """
-
-    YOUNG_COLLECTION_EVERY = 100_000
-
-    def run(self, scheduler: Scheduler, horizon: float) -> None:
-        previous = gc.get_threshold()
-        gc.set_threshold(self.YOUNG_COLLECTION_EVERY, *previous[1:])
-        try:
-            scheduler.run_until(horizon)
-        finally:
-            gc.set_threshold(*previous)
+    previous = gc.get_threshold()
+    gc.set_threshold(YOUNG_COLLECTION_EVERY, *previous[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*previous)
 
 
 class Inbox:

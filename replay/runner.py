@@ -32,7 +32,14 @@ from rolloutscope.store import RunStore
 from rolloutscope.store.rows import RowBatch
 from rolloutscope.vocabulary import RunSource
 from rolloutscope.replay.backends.base import BackendError, GenerationBackend, GenerationSession
-from rolloutscope.replay.engine import Driver, Inbox, PacedDriver, Scheduler, VirtualDriver
+from rolloutscope.replay.engine import (
+    Driver,
+    Inbox,
+    PacedDriver,
+    Scheduler,
+    VirtualDriver,
+    few_collections,
+)
 from rolloutscope.replay.scenario import Scenario
 from rolloutscope.replay.sim.fleet import FleetHealthFactory, RouterFactory
 from rolloutscope.replay.sim.world import AgentParticipantFactory, DeadlineRegistryFactory, World
@@ -156,13 +163,17 @@ def _replay(scenario: Scenario, exporter: SpanExporter, *, run_id: str,
                   agent_participant_factory=agent_participant_factory,
                   generation=None if generation is None else generation(sched))
     try:
-        world.schedule()
+        # drawing the workload and marking what is still open at the end allocate in bursts
+        # as large as the run's own, whatever paces the run
+        with few_collections():
+            world.schedule()
         (driver or VirtualDriver()).run(sched, scenario.horizon_s)
     finally:
         world.close()
     end = sched.now if sched.stopped else scenario.horizon_s
     sched.clock.set(max(sched.now, end))
-    open_intervals = tel.finish()
+    with few_collections():
+        open_intervals = tel.finish()
     ctl = world.controller
     return ReplayResult(
         run_id=run_id, scenario=scenario.name, variants=ordered(chosen), seed=scenario.seed,

@@ -382,19 +382,48 @@ class Scenario:
 
 
 def _generate(gen: GeneratedPrompts, rows: int, rng: random.Random) -> list[Prompt]:
+    """The prompts ``gen`` describes, drawn from ``rng`` in a fixed order (each prompt's arrival,
+    then per row its turn count and per turn its model and tool durations).
+
+    ``scale-16k`` draws over a hundred thousand turns, a tenth of its replay's time when each
+    went through ``Random.uniform`` and the frozen dataclass ``__init__`` (keyword arguments
+    and a guarded ``object.__setattr__`` per field). So ``uniform`` is inlined as the very
+    expression it computes (``a + (b - a) * random()``), and each turn's fields are set with
+    ``object.__setattr__`` in declaration order, the values its constructor would set: the
+    turn keeps the compact instance layout the constructor gives it (a ``__dict__`` assigned
+    whole would double its size). ``test_generated_workload`` checks it against the
+    constructor.
+    """
+    random_, randint = rng.random, rng.randint
+    model_lo, model_span = gen.model_s_min, gen.model_s_max - gen.model_s_min
+    tool_lo, tool_span = gen.tool_s_min, gen.tool_s_max - gen.tool_s_min
+    window = gen.arrival_window_s
+    turns_min, turns_max = gen.turns_min, gen.turns_max
+    fixed = tuple(_turn_fields(Turn(model_s=0.0, input_tokens=gen.input_tokens,
+                                    output_tokens=gen.output_tokens)).items())
+    new, set_field = object.__new__, object.__setattr__
     prompts = []
     for i in range(gen.count):
-        arrival = round(rng.uniform(0.0, gen.arrival_window_s), 3)
+        arrival = round(window * random_(), 3)  # uniform(0, window), to the bit
         group = []
         for _ in range(rows):
-            turns = tuple(
-                Turn(model_s=round(rng.uniform(gen.model_s_min, gen.model_s_max), 3),
-                     tool_s=round(rng.uniform(gen.tool_s_min, gen.tool_s_max), 3),
-                     input_tokens=gen.input_tokens, output_tokens=gen.output_tokens)
-                for _ in range(rng.randint(gen.turns_min, gen.turns_max)))
-            group.append(Row(turns=turns))
+            turns = []
+            for _ in range(randint(turns_min, turns_max)):
+                turn = new(Turn)
+                model_s = round(model_lo + model_span * random_(), 3)
+                tool_s = round(tool_lo + tool_span * random_(), 3)
+                for name, value in fixed:
+                    set_field(turn, name, model_s if name == "model_s"
+                              else tool_s if name == "tool_s" else value)
+                turns.append(turn)
+            group.append(Row(turns=tuple(turns)))
         prompts.append(Prompt(idx=gen.first_idx + i, arrival_s=arrival, rows=tuple(group)))
     return prompts
+
+
+def _turn_fields(turn: Turn) -> dict[str, Any]:
+    """A turn's fields in declaration order, as its ``__init__`` sets them."""
+    return {f.name: getattr(turn, f.name) for f in dataclasses.fields(Turn)}
 
 
 # -- validation ---------------------------------------------------------------------------------

@@ -60,6 +60,7 @@ SCOPE = InstrumentationScope("rolloutscope.replay", "")
 # the flags the SDK gives a sampled span whose trace id is random (``SeededIdGenerator``'s are)
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED | TraceFlags.RANDOM_TRACE_ID)
 _UNSET = Status(StatusCode.UNSET)
+_INTERNAL = SpanKind.INTERNAL  # bound once: an ``Enum.MEMBER`` read is slow on Python 3.11
 # values the SDK's attribute cleaning returns unchanged; anything else (a list, an enum, a
 # user model's numpy float) is cleaned by the SDK itself
 _PLAIN_VALUES = frozenset((str, bool, int, float, bytes, type(None)))
@@ -108,7 +109,7 @@ class ReplaySpan(ReadableSpan):
                  resource: Resource, start_time: int,
                  attributes: dict[str, Any] | BoundedAttributes) -> None:
         super().__init__(name=name, context=context, parent=parent, resource=resource,
-                         attributes=attributes, kind=SpanKind.INTERNAL, status=_UNSET,
+                         attributes=attributes, kind=_INTERNAL, status=_UNSET,
                          start_time=start_time, instrumentation_scope=SCOPE)
 
     def is_recording(self) -> bool:

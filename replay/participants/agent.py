@@ -37,6 +37,16 @@ from rolloutscope.replay.participants.protocol import (
 )
 
 
+# The members read on every move, bound once: on Python 3.11 each ``Enum.MEMBER`` read runs
+# ``EnumType.__getattr__``'s attribute hook, ten times the cost of a global read, and a large
+# replay makes millions of them.
+_RUNNING, _PARK_REQUESTED, _PARKED, _COMPLETED, _RETIRED = (
+    ExecutionState.RUNNING, ExecutionState.PARK_REQUESTED, ExecutionState.PARKED,
+    ExecutionState.COMPLETED, ExecutionState.RETIRED)
+_WITH_BOUNDARY = ParkedBoundaryState.WITH_BOUNDARY
+_WITHOUT_BOUNDARY = ParkedBoundaryState.WITHOUT_BOUNDARY
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class ExecutionKey:
     rollout_id: str
@@ -60,11 +70,16 @@ class CompletionReceipt:
 
 
 class _Execution:
-    __slots__ = ("key", "state", "boundary_index", "parked_state", "receipt")
+    __slots__ = ("key", "episode", "capture_key", "state", "boundary_index", "parked_state",
+                 "receipt")
 
-    def __init__(self, key: ExecutionKey) -> None:
+    def __init__(self, key: ExecutionKey, episode: EpisodeId) -> None:
         self.key = key
-        self.state = ExecutionState.RUNNING
+        # the key's episode and its capture key, kept: readiness reports and retires name
+        # every execution, and building them again each time cost a few µs apiece
+        self.episode = episode
+        self.capture_key = episode.capture_key
+        self.state = _RUNNING
         self.boundary_index = -1  # no boundary recorded yet
         self.parked_state: ParkedBoundaryState | None = None
         self.receipt: CompletionReceipt | None = None
@@ -90,18 +105,20 @@ class AgentParticipant(Participant):
 
     # -- counters -----------------------------------------------------------------------------
     def _bucket(self, ex: _Execution) -> str | None:
-        if ex.state is ExecutionState.PARKED:
-            return ex.parked_state.value  # type: ignore[union-attr]
-        if ex.state is ExecutionState.COMPLETED:
+        # the members themselves (string enums, equal to their values and hashed alike): an
+        # enum's ``.value`` is a Python-level property, read at every move
+        if ex.state is _PARKED:
+            return ex.parked_state  # type: ignore[return-value]
+        if ex.state is _COMPLETED:
             return "completed_unacknowledged" if ex.receipt is not None else None
-        if ex.state is ExecutionState.RETIRED:
+        if ex.state is _RETIRED:
             return None
-        return ex.state.value
+        return ex.state
 
     def _move(self, ex: _Execution, state: ExecutionState,
               parked: ParkedBoundaryState | None = None) -> None:
-        if ex.state is ExecutionState.RETIRED or (
-                ex.state is ExecutionState.COMPLETED and state is not ExecutionState.COMPLETED):
+        if ex.state is _RETIRED or (
+                ex.state is _COMPLETED and state is not _COMPLETED):
             raise ModelInvariantError(f"{ex.key} is {ex.state}; it cannot become {state}")
         old = self._bucket(ex)
         if old is not None:
@@ -129,18 +146,18 @@ class AgentParticipant(Participant):
         gen = self._generations.get(episode, -1) + 1
         self._generations[episode] = gen
         key = ExecutionKey(episode.rollout_id, episode.attempt, gen)
-        ex = self._executions[key] = _Execution(key)
-        self._count[ExecutionState.RUNNING.value] += 1
+        ex = self._executions[key] = _Execution(key, episode)
+        self._count[_RUNNING] += 1
         return key
 
     def record_boundary(self, key: ExecutionKey) -> bool:
         """A turn boundary was committed. False when the execution must park here."""
         ex = self._executions[key]
-        if ex.state is ExecutionState.RETIRED:
+        if ex.state is _RETIRED:
             return False
         ex.boundary_index += 1
-        if ex.state is ExecutionState.PARK_REQUESTED:
-            self._move(ex, ExecutionState.PARKED, ParkedBoundaryState.WITH_BOUNDARY)
+        if ex.state is _PARK_REQUESTED:
+            self._move(ex, _PARKED, _WITH_BOUNDARY)
             return False
         return True
 
@@ -148,11 +165,11 @@ class AgentParticipant(Participant):
         """Park a park-requested execution that is waiting on an undelivered model call (or
         still seeding): it holds at its last boundary, or without one if it has none."""
         ex = self._executions[key]
-        if ex.state is not ExecutionState.PARK_REQUESTED:
+        if ex.state is not _PARK_REQUESTED:
             raise ModelInvariantError(f"{key} is {ex.state}, not park_requested")
-        state = (ParkedBoundaryState.WITH_BOUNDARY if ex.boundary_index >= 0
-                 else ParkedBoundaryState.WITHOUT_BOUNDARY)
-        self._move(ex, ExecutionState.PARKED, state)
+        state = (_WITH_BOUNDARY if ex.boundary_index >= 0
+                 else _WITHOUT_BOUNDARY)
+        self._move(ex, _PARKED, state)
         return state
 
     def model_call_delivered(self, key: ExecutionKey) -> None:
@@ -161,19 +178,19 @@ class AgentParticipant(Participant):
 
     def complete(self, key: ExecutionKey, result: str) -> CompletionReceipt:
         ex = self._executions[key]
-        if ex.state not in (ExecutionState.RUNNING, ExecutionState.PARK_REQUESTED):
+        if ex.state not in (_RUNNING, _PARK_REQUESTED):
             raise ModelInvariantError(f"{key} cannot complete from {ex.state}")
         digest = hashlib.sha256(result.encode()).hexdigest()
         ex.receipt = CompletionReceipt(key.rollout_id, key.attempt, key.generation,
-                                       f"{key.episode.capture_key}.g{key.generation}", digest)
-        self._move(ex, ExecutionState.COMPLETED)
+                                       f"{ex.capture_key}.g{key.generation}", digest)
+        self._move(ex, _COMPLETED)
         return ex.receipt
 
     def fail(self, key: ExecutionKey) -> None:
         """The run ended with an error: nothing is kept, nothing to acknowledge."""
         ex = self._executions[key]
-        if ex.state in (ExecutionState.RUNNING, ExecutionState.PARK_REQUESTED):
-            self._move(ex, ExecutionState.RETIRED)
+        if ex.state in (_RUNNING, _PARK_REQUESTED):
+            self._move(ex, _RETIRED)
 
     def acknowledge(self, receipts: list[CompletionReceipt]) -> int:
         """``acknowledge-completed``: release each completed run whose receipt matches."""
@@ -194,40 +211,40 @@ class AgentParticipant(Participant):
     # -- protocol hooks -----------------------------------------------------------------------
     def _on_close_admission(self) -> None:
         for ex in self._executions.values():
-            if ex.state is ExecutionState.RUNNING:
-                self._move(ex, ExecutionState.PARK_REQUESTED)
+            if ex.state is _RUNNING:
+                self._move(ex, _PARK_REQUESTED)
 
     def _on_open_admission(self) -> None:
         released = []
         for ex in self._executions.values():
-            if ex.state in (ExecutionState.PARKED, ExecutionState.PARK_REQUESTED):
-                self._move(ex, ExecutionState.RUNNING)
+            if ex.state in (_PARKED, _PARK_REQUESTED):
+                self._move(ex, _RUNNING)
                 released.append(ex.key)
         self.released = released
 
     def park_requested(self) -> list[ExecutionKey]:
         return [k for k, ex in self._executions.items()
-                if ex.state is ExecutionState.PARK_REQUESTED]
+                if ex.state is _PARK_REQUESTED]
 
     def counts(self) -> dict[str, int]:
         c = self._count
         return {"running": c["running"] + c["park_requested"],
-                "parked_with_boundary": c[ParkedBoundaryState.WITH_BOUNDARY.value],
-                "parked_without_boundary": c[ParkedBoundaryState.WITHOUT_BOUNDARY.value],
+                "parked_with_boundary": c[_WITH_BOUNDARY],
+                "parked_without_boundary": c[_WITHOUT_BOUNDARY],
                 "completed_unacknowledged": c["completed_unacknowledged"]}
 
     def is_ready(self) -> bool:
         c = self._count
         return (c["running"] == 0 and c["park_requested"] == 0
-                and c[ParkedBoundaryState.WITHOUT_BOUNDARY.value] == 0
+                and c[_WITHOUT_BOUNDARY] == 0
                 and c["completed_unacknowledged"] == 0)
 
     def report(self) -> Report:
         blockers = sorted(
-            ex.key.episode.capture_key for ex in self._executions.values()
-            if ex.state in (ExecutionState.RUNNING, ExecutionState.PARK_REQUESTED)
-            or ex.parked_state is ParkedBoundaryState.WITHOUT_BOUNDARY
-            or (ex.state is ExecutionState.COMPLETED and ex.receipt is not None))
+            ex.capture_key for ex in self._executions.values()
+            if ex.state in (_RUNNING, _PARK_REQUESTED)
+            or ex.parked_state is _WITHOUT_BOUNDARY
+            or (ex.state is _COMPLETED and ex.receipt is not None))
         return Report(ready=self.is_ready(), blockers=tuple(blockers[:MAX_BLOCKERS]),
                       blocker_count=len(blockers), counts=self.counts())
 
@@ -236,14 +253,14 @@ class AgentParticipant(Participant):
         receipts: list[CompletionReceipt] = []
         targets = {e.rollout_id for e in episodes}
         for ex in self._executions.values():
-            if ex.key.rollout_id not in targets or not self.is_retired(ex.key.episode):
+            if ex.key.rollout_id not in targets or not self.is_retired(ex.episode):
                 continue
-            if ex.state is ExecutionState.COMPLETED:
+            if ex.state is _COMPLETED:
                 if ex.receipt is not None:  # a finished run cannot be retired
-                    refused.append(ex.key.episode.capture_key)
+                    refused.append(ex.capture_key)
                     receipts.append(ex.receipt)
-            elif ex.state is not ExecutionState.RETIRED:
-                self._move(ex, ExecutionState.RETIRED)
+            elif ex.state is not _RETIRED:
+                self._move(ex, _RETIRED)
                 retired.append(ex.key)
         return {"retired": tuple(retired), "completed_unacknowledged": tuple(refused),
                 "receipts": tuple(receipts)}

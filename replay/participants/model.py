@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from enum import StrEnum
+from operator import attrgetter
 from typing import Any
 
 from rolloutscope.vocabulary import CutOutcome, ErrorCode, ParticipantKind
@@ -48,6 +49,17 @@ class Admission(StrEnum):
     REFUSED = "refused"
 
 
+# The members read on every policy call, bound once: on Python 3.11 each ``Enum.MEMBER`` read
+# runs ``EnumType.__getattr__``'s attribute hook, ten times the cost of a global read, and a
+# large replay makes millions of them.
+_WAITING, _ADMITTED, _STREAMING, _HELD, _DONE, _REFUSED, _CANCELLED = (
+    CallState.WAITING, CallState.ADMITTED, CallState.STREAMING, CallState.HELD, CallState.DONE,
+    CallState.REFUSED, CallState.CANCELLED)
+_ADMITTED_NOW: tuple[Admission, ErrorCode | None] = (Admission.ADMITTED, None)
+_WAITS: tuple[Admission, ErrorCode | None] = (Admission.WAITING, None)
+_state_of = attrgetter("state")
+
+
 class _Call:
     __slots__ = ("call_id", "episode", "worker", "constrained", "state", "finished", "cut")
 
@@ -56,7 +68,7 @@ class _Call:
         self.episode = episode
         self.worker = worker
         self.constrained = constrained
-        self.state = CallState.ADMITTED
+        self.state = _ADMITTED
         self.finished = False
         self.cut: CutOutcome | None = None
 
@@ -71,6 +83,7 @@ class ModelParticipant(Participant):
         self.generation_cuts = generation_cuts
         self.workers = workers
         self.live_workers = set(range(workers))
+        self._rotation = tuple(range(workers))  # the live workers in order, for round-robin
         self.workers_left = 0  # since start; restore is refused once any has left
         self._expected: frozenset[int] = frozenset()  # workers whose report prepare waits for
         self._reported: frozenset[int] = frozenset()  # workers that reported when ready
@@ -91,14 +104,15 @@ class ModelParticipant(Participant):
             return self._refuse(call_id, ErrorCode.STALE_ATTEMPT)
         if not self.admission_open and not self.calls_wait:
             return self._refuse(call_id, ErrorCode.ADMISSION_CLOSED)
-        worker = sorted(self.live_workers)[self._next_worker % len(self.live_workers)]
+        rotation = self._rotation
+        worker = rotation[self._next_worker % len(rotation)]
         self._next_worker += 1
         call = self._calls[call_id] = _Call(call_id, episode, worker, constrained)
         if not self.admission_open:
-            call.state = CallState.WAITING
-            return Admission.WAITING, None
+            call.state = _WAITING
+            return _WAITS
         self.served += 1
-        return Admission.ADMITTED, None
+        return _ADMITTED_NOW
 
     def _refuse(self, call_id: str, code: ErrorCode) -> tuple[Admission, ErrorCode]:
         self.notes.append(Note(NoteKind.REFUSED, self.clock.now(), self.checkpoint_id,
@@ -108,23 +122,23 @@ class ModelParticipant(Participant):
     def first_chunk(self, call_id: str) -> bool:
         """The response's first data chunk. True: it streams now; False: it is held."""
         call = self._calls[call_id]
-        if call.state is CallState.ADMITTED:
-            call.state = CallState.STREAMING
+        if call.state is _ADMITTED:
+            call.state = _STREAMING
             self._streaming += 1
             return True
-        if call.state is CallState.HELD:
+        if call.state is _HELD:
             return False
         raise ModelInvariantError(f"call {call_id} cannot start from {call.state}")
 
     def finish(self, call_id: str) -> bool:
         """The generation finished. True: delivered now; False: held until resume."""
         call = self._calls[call_id]
-        if call.state is CallState.STREAMING:
-            call.state = CallState.DONE
+        if call.state is _STREAMING:
+            call.state = _DONE
             call.finished = True
             self._streaming -= 1
             return True
-        if call.state is CallState.HELD:
+        if call.state is _HELD:
             call.finished = True
             return False
         raise ModelInvariantError(f"call {call_id} cannot finish from {call.state}")
@@ -135,7 +149,7 @@ class ModelParticipant(Participant):
     def forget_call(self, call_id: str) -> None:
         """The caller is gone (its run ended or was abandoned and finished)."""
         call = self._calls.pop(call_id, None)
-        if call is not None and call.state is CallState.STREAMING:
+        if call is not None and call.state is _STREAMING:
             self._streaming -= 1
 
     def lose_worker(self, worker: int) -> list[str]:
@@ -143,14 +157,15 @@ class ModelParticipant(Participant):
         if worker not in self.live_workers:
             raise ModelInvariantError(f"worker {worker} is not live")
         self.live_workers.discard(worker)
+        self._rotation = tuple(sorted(self.live_workers))
         self.workers_left += 1
         failed = []
         for call in self._calls.values():
-            if call.worker == worker and call.state in (CallState.ADMITTED, CallState.STREAMING,
-                                                        CallState.HELD):
-                if call.state is CallState.STREAMING:
+            if call.worker == worker and call.state in (_ADMITTED, _STREAMING,
+                                                        _HELD):
+                if call.state is _STREAMING:
                     self._streaming -= 1
-                call.state = CallState.CANCELLED
+                call.state = _CANCELLED
                 failed.append(call.call_id)
         return failed
 
@@ -159,8 +174,8 @@ class ModelParticipant(Participant):
         self._expected = frozenset(self.live_workers)
         self._reported = frozenset()
         for call in self._calls.values():
-            if call.state is CallState.ADMITTED:
-                call.state = CallState.HELD
+            if call.state is _ADMITTED:
+                call.state = _HELD
                 if self.generation_cuts:
                     # constrained decoding cannot resume from a token prefix: never cut
                     call.cut = CutOutcome.SKIPPED if call.constrained else CutOutcome.DURABLE
@@ -172,14 +187,14 @@ class ModelParticipant(Participant):
     def _on_open_admission(self) -> None:
         delivered, admitted = [], []
         for call in self._calls.values():
-            if call.state is CallState.HELD:
+            if call.state is _HELD:
                 if call.finished:
-                    call.state = CallState.DONE
+                    call.state = _DONE
                     delivered.append(call.call_id)
                 else:
-                    call.state = CallState.ADMITTED
-            elif call.state is CallState.WAITING:
-                call.state = CallState.ADMITTED
+                    call.state = _ADMITTED
+            elif call.state is _WAITING:
+                call.state = _ADMITTED
                 self.served += 1
                 admitted.append(call.call_id)
         self.delivered, self.admitted = delivered, admitted
@@ -191,16 +206,16 @@ class ModelParticipant(Participant):
         return self._streaming == 0 and self._expected - self._reported <= self.live_workers
 
     def counts(self) -> dict[str, int]:
-        held = sum(1 for c in self._calls.values() if c.state is CallState.HELD)
-        inflight = sum(1 for c in self._calls.values()
-                       if c.state in (CallState.ADMITTED, CallState.STREAMING, CallState.HELD))
+        states = Counter(map(_state_of, self._calls.values()))  # one pass, in C
+        held = states[_HELD]
+        inflight = states[_ADMITTED] + states[_STREAMING] + held
         return {"inflight": inflight, "held": held, "cut": self.cuts[CutOutcome.DURABLE],
                 "cut_failed": self.cuts[CutOutcome.FAILED],
                 "cut_skipped": self.cuts[CutOutcome.SKIPPED]}
 
     def report(self) -> Report:
         blockers = sorted(c.episode.capture_key for c in self._calls.values()
-                          if c.state is CallState.STREAMING)
+                          if c.state is _STREAMING)
         missing = sorted(self._expected - self._reported - self.live_workers)
         blockers += [f"worker-{w}" for w in missing]
         return Report(ready=self.is_ready(), blockers=tuple(blockers[:MAX_BLOCKERS]),
@@ -227,13 +242,13 @@ class ModelParticipant(Participant):
         for call in self._calls.values():
             if not self.is_retired(call.episode):
                 continue
-            if call.state is CallState.WAITING:
-                call.state = CallState.REFUSED
+            if call.state is _WAITING:
+                call.state = _REFUSED
                 refused.append(call.call_id)
-            elif call.state in (CallState.ADMITTED, CallState.STREAMING, CallState.HELD):
-                if call.state is CallState.STREAMING:
+            elif call.state in (_ADMITTED, _STREAMING, _HELD):
+                if call.state is _STREAMING:
                     self._streaming -= 1
-                call.state = CallState.CANCELLED  # cancelled once; a retried retire skips it
+                call.state = _CANCELLED  # cancelled once; a retried retire skips it
                 cancelled.append(call.call_id)
         if refused:
             self.notes.append(Note(NoteKind.REFUSED, self.clock.now(), self.checkpoint_id,

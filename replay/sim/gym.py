@@ -35,6 +35,17 @@ from rolloutscope.replay.sim.runs import Activity, RefusedRun, Run, RunOwner
 from rolloutscope.replay.sim.signals import PrepareWatch
 
 
+# The members read on every turn, bound once: on Python 3.11 each ``Enum.MEMBER`` read runs
+# ``EnumType.__getattr__``'s attribute hook, ten times the cost of a global read, and a large
+# replay makes millions of them.
+_MODEL, _TOOL, _TOOL_WAIT, _PARKED, _DONE = (
+    Activity.MODEL, Activity.TOOL, Activity.TOOL_WAIT, Activity.PARKED, Activity.DONE)
+_RETIRED, _PARK_REQUESTED = ExecutionState.RETIRED, ExecutionState.PARK_REQUESTED
+_REFUSED, _WAITING = Admission.REFUSED, Admission.WAITING
+_UNDELIVERED = (CallState.HELD, CallState.WAITING)  # a policy call whose response is not out
+_WORK = Priority.WORK
+
+
 class GymSide:
     def __init__(self, *, timeline: Timeline, agent: AgentServer, model: PolicyModelServer,
                  resources: ToolResources, fleet: FleetForGym,
@@ -93,7 +104,7 @@ class GymSide:
         """What the guarded runs were doing (for a deadline firing): parked > held > running."""
         states = set()
         for run in runs:
-            if run.activity is Activity.DONE:
+            if run.activity is _DONE:
                 continue
             if run.parked:
                 states.add("parked")
@@ -118,11 +129,11 @@ class GymSide:
                 self._inject_failure(run, status)
 
     def _inject_failure(self, run: Run, status: int, detail: str = "injected fault") -> None:
-        if run.activity is Activity.DONE:
+        if run.activity is _DONE:
             return
         failure = classify_http(status, detail)
         self._agent.fail(run.key)
-        self._end(run, ExecutionState.RETIRED, failure.detail)
+        self._end(run, _RETIRED, failure.detail)
         if not run.abandoned:
             run.owner.on_row_done(run, None, failure)
         self._prepare.gym_changed()
@@ -131,7 +142,7 @@ class GymSide:
     def _end(self, run: Run, state: ExecutionState, error: str | None = None) -> None:
         run.parked = False
         self._rec.run_ended(run, state, error)
-        run.activity = Activity.DONE
+        run.activity = _DONE
         if run.timer is not None:
             run.timer.cancel()
         if run.fault_timer is not None:
@@ -165,12 +176,12 @@ class GymSide:
             if run is None:
                 continue
             self._rec.run_retired(run)
-            self._end(run, ExecutionState.RETIRED)
+            self._end(run, _RETIRED)
 
     # -- turns ----------------------------------------------------------------------------------
     def _boundary(self, run: Run) -> None:
         run.timer = None
-        if self._agent.state_of(run.key) is ExecutionState.RETIRED:
+        if self._agent.state_of(run.key) is _RETIRED:
             return
         if run.turn == len(run.row.turns):
             self._complete(run)
@@ -182,17 +193,17 @@ class GymSide:
 
     def _call(self, run: Run) -> None:
         turn = run.row.turns[run.turn]
-        run.activity = Activity.MODEL
-        call_id = run.call_id = f"{run.episode.capture_key}.g{run.key.generation}.t{run.turn}"
+        run.activity = _MODEL
+        call_id = run.call_id = f"{run.call_prefix}{run.turn}"
         decision, code = self._model.request(call_id, run.episode, constrained=turn.constrained)
         self._by_call[call_id] = run
-        if decision is Admission.REFUSED:
+        if decision is _REFUSED:
             run.call_id = None
             self._by_call.pop(call_id, None)
             # a 409 from the model server fails the /run (a 4xx: RL calls it a data failure)
             self._inject_failure(run, 409 if code is not None else 500)
             return
-        if decision is Admission.WAITING:
+        if decision is _WAITING:
             self._rec.call_waiting(run, call_id)
             return
         self._admitted(run)
@@ -267,14 +278,14 @@ class GymSide:
     def _delivered(self, run: Run) -> None:
         self._agent.model_call_delivered(run.key)
         if self.environment_dead:
-            run.activity = Activity.TOOL  # a dead Gym subprocess never answers the tool step
+            run.activity = _TOOL  # a dead Gym subprocess never answers the tool step
             return
         if self._resources.begin_tool_call():
-            run.activity = Activity.TOOL
+            run.activity = _TOOL
             run.timer = self._timeline.after(run.row.turns[run.turn].tool_s, self._tool_done,
                                              run)
         else:
-            run.activity = Activity.TOOL_WAIT
+            run.activity = _TOOL_WAIT
             self._tool_waiting.append(run)
 
     def _tool_done(self, run: Run) -> None:
@@ -291,8 +302,8 @@ class GymSide:
     def _park(self, run: Run, boundary_state: Any = None) -> None:
         if boundary_state is None:
             boundary_state = self._agent.parked_state_of(run.key)
-        if run.activity is not Activity.MODEL:
-            run.activity = Activity.PARKED
+        if run.activity is not _MODEL:
+            run.activity = _PARKED
         run.parked = True
         self._rec.run_parked(run, checkpoint_id=self._agent.checkpoint_id,
                              boundary_state=boundary_state,
@@ -302,13 +313,13 @@ class GymSide:
         """Agent admission closed: every running run is park-requested."""
         model = self._model
         for run in list(self.runs.values()):
-            if self._agent.state_of(run.key) is not ExecutionState.PARK_REQUESTED:
+            if self._agent.state_of(run.key) is not _PARK_REQUESTED:
                 continue
             self._rec.park_requested(run)
             # waiting on an undelivered call: its agent is still at the boundary it recorded
             # before the call, so it parks there now
-            if run.activity is Activity.MODEL and run.call_id is not None and model.state_of(
-                    run.call_id) in (CallState.HELD, CallState.WAITING):
+            if run.activity is _MODEL and run.call_id is not None and model.state_of(
+                    run.call_id) in _UNDELIVERED:
                 self._park(run, self._agent.park_now(run.key))
 
     def on_agent_released(self, keys: list[ExecutionKey]) -> None:
@@ -320,17 +331,17 @@ class GymSide:
             if run.parked:
                 run.parked = False
                 self._rec.run_released(run)
-            if run.activity is Activity.PARKED:
-                run.activity = Activity.MODEL
+            if run.activity is _PARKED:
+                run.activity = _MODEL
                 # continue after the whole resume fan-out: the model reopens after the agent
-                run.timer = self._timeline.at(now, self._call, run, priority=Priority.WORK)
+                run.timer = self._timeline.at(now, self._call, run, priority=_WORK)
 
     def on_model_reopened(self, delivered: list[str], admitted: list[str]) -> None:
         now = self._timeline.now
         for cid in delivered:
             run = self._by_call.get(cid)
             if run is not None:
-                run.timer = self._timeline.at(now, self._delivered, run, priority=Priority.WORK)
+                run.timer = self._timeline.at(now, self._delivered, run, priority=_WORK)
         for cid in admitted:
             run = self._by_call.get(cid)
             if run is not None:
@@ -339,8 +350,8 @@ class GymSide:
     def on_tools_reopened(self) -> None:
         waiting, self._tool_waiting = self._tool_waiting, []
         for run in waiting:
-            if run.activity is Activity.TOOL_WAIT:
-                run.activity = Activity.TOOL
+            if run.activity is _TOOL_WAIT:
+                run.activity = _TOOL
                 run.timer = self._timeline.after(run.row.turns[run.turn].tool_s,
                                                  self._tool_done, run)
             else:

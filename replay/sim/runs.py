@@ -30,15 +30,18 @@ class RunOwner(Protocol):
 
 
 class Run:
-    __slots__ = ("key", "episode", "owner", "prompt_idx", "row_idx", "rl_attempt", "row",
-                 "turn", "activity", "call_id", "parked", "span", "rollout_span", "parked_span",
-                 "timer", "abandoned", "lost_reply", "fault_timer", "fleet_call", "gen_call")
+    __slots__ = ("key", "episode", "call_prefix", "owner", "prompt_idx", "row_idx",
+                 "rl_attempt", "row", "turn", "activity", "call_id", "parked", "span",
+                 "rollout_span", "parked_span", "timer", "abandoned", "lost_reply", "fault_timer",
+                 "fleet_call", "gen_call")
 
     def __init__(self, key: ExecutionKey, owner: RunOwner, prompt_idx: int, row_idx: int,
                  rl_attempt: int, row: Row) -> None:
         self.key = key
         # the key's episode, built once: every policy call names it
         self.episode = key.episode
+        # each policy call's id is this and the turn's index
+        self.call_prefix = f"{self.episode.capture_key}.g{key.generation}.t"
         self.owner = owner
         self.prompt_idx = prompt_idx
         self.row_idx = row_idx
