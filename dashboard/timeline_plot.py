@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import holoviews as hv
 import numpy as np
 import pandas as pd
+from bokeh.models import HoverTool, Quad
 
 from rolloutscope.dashboard import style
 from rolloutscope.vocabulary import SpanName
@@ -420,9 +421,24 @@ def _span_rects(periods: pd.DataFrame, y0: float, y1: float) -> pd.DataFrame:
 
 
 def frame_hook(plot, element) -> None:
-    """One label column for every time plot of a tab, so their frames line up."""
+    """One label column for every time plot of a tab, so their frames line up; and bar
+    tooltips that follow the mouse (``bars_follow_mouse``)."""
     plot.state.min_border_left = LEFT_BORDER_PX
     plot.state.min_border_right = RIGHT_BORDER_PX
+    bars_follow_mouse(plot.state)
+
+
+def bars_follow_mouse(figure) -> None:
+    """Anchor the tooltip of a hover over bars at the mouse, not at the bar.
+
+    Bokeh's default (``snap_to_data``) anchors a bar's tooltip at the bar's centre and drops
+    it when that centre lies outside the frame. A plot zoomed onto a few seconds of a long bar
+    (a shard healthy from the run's start, a state still open at now) has the bar's centre off
+    screen, so hovering the bar showed nothing."""
+    for tool in figure.select(type=HoverTool):
+        renderers = tool.renderers if isinstance(tool.renderers, list) else []
+        if renderers and all(isinstance(getattr(r, "glyph", None), Quad) for r in renderers):
+            tool.point_policy = "follow_mouse"
 
 
 def _time_opts(height: int, **kw) -> dict:

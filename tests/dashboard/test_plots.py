@@ -6,6 +6,7 @@ import holoviews as hv
 import numpy as np
 import pandas as pd
 import pytest
+from bokeh.models import HoverTool
 from holoviews.element.comparison import assert_element_equal
 
 from rolloutscope.dashboard import plots
@@ -135,6 +136,15 @@ class TestLanePlot:
         none = tl.lane_plot(empty, t0_ns=T0, now_ns=ns(400))
         assert [(type(e), e.group, e.label) for e in full] == \
             [(type(e), e.group, e.label) for e in none]
+
+    def test_a_bar_whose_centre_is_off_screen_still_hovers(self, p1_frames):
+        # zoomed onto 250-300 s: the shard's bar (0 s to now) and the open try's bar have
+        # their centres outside the view; a tooltip anchored at the centre would be dropped
+        plot = tl.lane_plot(p1_frames, t0_ns=T0, now_ns=ns(1200), xlim=(250.0, 300.0))
+        figure = hv.renderer("bokeh").get_plot(plot).state
+        policies = {type(r.glyph).__name__: t.point_policy
+                    for t in figure.select(type=HoverTool) for r in t.renderers}
+        assert policies == {"Quad": "follow_mouse", "Scatter": "snap_to_data"}
 
     def test_focus_covers_the_incident_and_its_evidence_with_padding(self, p1_frames):
         incident = {"start_ns": ns(180), "end_ns": ns(180)}

@@ -135,15 +135,9 @@ def tab_of(page) -> str:
 
 
 KINDS = sorted(k.value for k in IncidentKind)
-# A known bug, kept visible: on the quarantine's Incident tab no tooltip shows over the shard
-# bars (the mouse reaches the canvas's event layer, both hover tools are active, no console
-# error), while the same run's bars hover on the Timeline. strict: the test fails once fixed.
-QUARANTINE_HOVER_BUG = pytest.mark.xfail(
-    strict=True, reason="no tooltip over the quarantine Incident tab's shard bars (open bug)")
 
 
-@pytest.mark.parametrize("kind", [pytest.param(k, marks=QUARANTINE_HOVER_BUG)
-                                  if k == "quarantine" else k for k in KINDS])
+@pytest.mark.parametrize("kind", KINDS)
 def test_every_incident_kind_draws_its_story_page_wide_with_hovers(served, zoo, page, kind,
                                                                  tmp_path):
     run_id, incident_id = zoo[1][kind]
