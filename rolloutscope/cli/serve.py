@@ -90,14 +90,19 @@ def _start_upkeep(service: CollectorService, upkeep: dict | None) -> None:
 
 
 def _upkeep_of(args: argparse.Namespace) -> dict | None:
+    from rolloutscope.cli.lake import retain_bytes_of
+
     if args.every_s is None:
-        if args.retain_hours is not None:
-            raise UsageError("--retain-hours needs --maintain-every-s (how often to apply it)")
+        for given, flag in ((args.retain_hours, "--retain-hours"),
+                            (args.retain_gib, "--retain-gib")):
+            if given is not None:
+                raise UsageError(f"{flag} needs --maintain-every-s (how often to apply it)")
         return None
     if args.every_s <= 0:
         raise UsageError("--maintain-every-s must be positive")
     return {"every_s": args.every_s, "keep_snapshots_s": args.keep_snapshots_hours * 3600.0,
-            "retain_s": None if args.retain_hours is None else args.retain_hours * 3600.0}
+            "retain_s": None if args.retain_hours is None else args.retain_hours * 3600.0,
+            "retain_bytes": retain_bytes_of(args)}
 
 
 async def _serve(config: CollectorConfig, *, dashboard_port: int | None,
