@@ -152,6 +152,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # whatever a flood of senders makes any library log, it logs at a bounded rate
     for handler in logging.getLogger().handlers:
         handler.addFilter(RateLimitFilter())
+    if args.ray or args.ray_address is not None:
+        from rolloutscope.cli.serve_ray import serve_on_ray
+
+        return serve_on_ray(config, address=args.ray_address, upkeep=_upkeep_of(args),
+                            dashboard_wanted=not args.no_dashboard)
     try:
         asyncio.run(_serve(config, dashboard_port=None if args.no_dashboard
                            else args.dashboard_port, upkeep=_upkeep_of(args)))
@@ -215,4 +220,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dashboard-port", type=_port, default=5006,
                    help="live dashboard on 127.0.0.1 at this port (0 picks a free one)")
     p.add_argument("--no-dashboard", action="store_true", help="collect only")
+    from rolloutscope.cli.serve_ray import add_ray_options
+
+    add_ray_options(p)
     p.set_defaults(handler=cmd_serve)

@@ -36,3 +36,51 @@ def test_one_collector_actor_per_node_writes_the_lake(tmp_path):
         authors = dict(writer_rows(store.raw_connection()))
     assert list(authors) == [placed[0].writer_id]
     assert int(placed[0].writer_id.split(":")[1]) != os.getpid()  # the actor's own process
+
+
+def test_serve_ray_places_a_collector_per_node_prints_each_and_stops_them_on_sigterm(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from rolloutscope.cli.serve import READY_PREFIX
+    from rolloutscope.cli.serve_ray import ALL_READY_PREFIX
+
+    lake = f"ducklake:sqlite:{tmp_path / 'catalog.sqlite'}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rolloutscope", "serve", "--ray", "--db", lake,
+         "--otlp-http-port", "0", "--otlp-grpc-port", "0", "--no-dashboard"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={k: v for k, v in os.environ.items()
+             if k not in ("RAY_ADDRESS", "OTEL_EXPORTER_OTLP_ENDPOINT")})
+    lines: list[str] = []
+    # a thread reads the output: the text buffer may hold lines a selector cannot see
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")),
+                              daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 180  # a local Ray starting on a loaded machine
+        while not any(line.startswith(ALL_READY_PREFIX) for line in lines):
+            assert time.monotonic() < deadline and proc.poll() is None, "".join(lines)
+            time.sleep(0.2)
+        placed = [dict(f.split("=", 1) for f in line[len(READY_PREFIX):].split())
+                  for line in lines if line.startswith(READY_PREFIX)]
+        assert len(placed) == 1 and f"{ALL_READY_PREFIX}1 node(s)" in "".join(lines)
+        assert placed[0]["http"].startswith("http://127.0.0.1:") and placed[0]["db"] == lake
+        result = run_sender("batches", "http-protobuf", placed[0]["http"], "via-serve-ray",
+                            "3", "20", str(tmp_path / "acks"))
+        assert result["acked"] == 3
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(120) == 0, "".join(lines)
+        reader.join(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    assert "everything received is committed" in "".join(lines)
+    with RunStore(lake, read_only=True) as store:
+        assert store.query("SELECT count(*) FROM spans WHERE run_id = 'via-serve-ray'")[0][0] == 60
+        authors = dict(writer_rows(store.raw_connection()))
+    assert list(authors) == [placed[0]["writer"]]  # the actor wrote them, not the driver
