@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -194,6 +195,7 @@ def main() -> None:
     spans = load_spans(file, args.max_spans)
     print(f"scale-16k: sending {len(spans):,} spans "
           f"({sum(len(s['events']) for s in spans):,} events) per run", flush=True)
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # node address 127.0.0.1
     import ray
 
     ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import signal
 import sys
 import threading
@@ -35,6 +36,10 @@ def _start_ray(address: str | None) -> None:
 
 def serve_on_ray(config: CollectorConfig, *, address: str | None, upkeep: dict | None,
                  dashboard_wanted: bool) -> int:
+    if address is None:
+        # read when Ray is imported: it makes a Ray started here take 127.0.0.1 as its node
+        # address (and so its listeners), where it would otherwise take the machine's
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     try:
         import ray  # noqa: F401 - the ray extra
     except ImportError:
@@ -76,7 +81,7 @@ def serve_on_ray(config: CollectorConfig, *, address: str | None, upkeep: dict |
                           file=sys.stderr, flush=True)
                 stop.wait()
             finally:
-                stop_collectors(placed)
+                ended = stop_collectors(placed)
         finally:
             import ray
 
@@ -85,6 +90,14 @@ def serve_on_ray(config: CollectorConfig, *, address: str | None, upkeep: dict |
         if maintenance is not None:
             maintenance.stop()
         store.close()
+    if ended:
+        # a terminal's Ctrl-C, or a signal to the process group, reaches a local Ray's actors
+        # too: they end before the driver stops them
+        print(f"rolloutscope serve --ray: the collector(s) on node {', '.join(ended)} had "
+              f"already ended; what they acknowledged is committed, what they held "
+              f"unacknowledged was not (stop the driver alone: kill PID, not its group)",
+              file=sys.stderr, flush=True)
+        return 1
     print("rolloutscope collectors stopped; everything received is committed", flush=True)
     return 0
 
