@@ -108,10 +108,21 @@ def place_collectors(store: str, *, data_path: str | None = None, nodes: list[st
     return [PlacedCollector(actor=a, **d) for a, d in zip(actors, described, strict=True)]
 
 
-def stop_collectors(placed: list[PlacedCollector]) -> None:
-    """Stop every placed collector, each draining what it accepted into the store."""
+def stop_collectors(placed: list[PlacedCollector]) -> list[str]:
+    """Stop every placed collector, each draining what it accepted into the store. Returns the
+    node ids of those that had already ended (a signal sent to the whole process group of a
+    local Ray, a node lost): each acknowledged only what it had committed, so nothing they
+    acknowledged is lost, but whatever was in flight there was never acknowledged."""
     import ray
+    from ray.exceptions import RayActorError
 
-    ray.get([p.actor.stop.remote() for p in placed])
+    refs = [p.actor.stop.remote() for p in placed]
+    ended: list[str] = []
+    for p, ref in zip(placed, refs, strict=True):
+        try:
+            ray.get(ref)
+        except RayActorError:
+            ended.append(p.node_id)
     for p in placed:
         ray.kill(p.actor)
+    return ended

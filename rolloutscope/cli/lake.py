@@ -44,9 +44,10 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     from rolloutscope.store.lake_ops import maintain
 
     retain_s = None if args.retain_hours is None else args.retain_hours * 3600.0
+    retain_bytes = retain_bytes_of(args)
     with RunStore(args.store) as store:
         while True:
-            report = maintain(store, retain_s=retain_s,
+            report = maintain(store, retain_s=retain_s, retain_bytes=retain_bytes,
                               keep_snapshots_s=args.keep_snapshots_hours * 3600.0)
             print(report.line(), flush=True)
             if args.every_s is None:
@@ -54,9 +55,25 @@ def cmd_maintain(args: argparse.Namespace) -> int:
             time.sleep(args.every_s)
 
 
+def retain_bytes_of(args: argparse.Namespace) -> int | None:
+    """``--retain-gib`` in bytes, checked: a lake only, a positive size."""
+    if args.retain_gib is None:
+        return None
+    if args.retain_gib <= 0:
+        raise UsageError(f"--retain-gib must be positive, not {args.retain_gib}")
+    store = getattr(args, "store", None) or getattr(args, "db", None)
+    if not isinstance(store, LakeSpec):
+        raise UsageError(f"--retain-gib is for a lake; {store} is a DuckDB file, which does "
+                         f"not shrink when rows go (use --retain-hours)")
+    return int(args.retain_gib * 2**30)
+
+
 def add_upkeep_options(p: argparse.ArgumentParser, *, every_help: str) -> None:
     p.add_argument("--retain-hours", type=float, metavar="H",
                    help="drop rows older than H hours (retention; fractions allowed)")
+    p.add_argument("--retain-gib", type=float, metavar="N",
+                   help="a lake only: drop the oldest rows until the data files of its latest "
+                        "snapshot hold under N GiB (fractions allowed)")
     p.add_argument("--keep-snapshots-hours", type=float, default=1.0, metavar="H",
                    help="expire lake snapshots older than H hours (default 1); a row's writer "
                         "id is known while its snapshot is kept")

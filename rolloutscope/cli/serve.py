@@ -90,14 +90,19 @@ def _start_upkeep(service: CollectorService, upkeep: dict | None) -> None:
 
 
 def _upkeep_of(args: argparse.Namespace) -> dict | None:
+    from rolloutscope.cli.lake import retain_bytes_of
+
     if args.every_s is None:
-        if args.retain_hours is not None:
-            raise UsageError("--retain-hours needs --maintain-every-s (how often to apply it)")
+        for given, flag in ((args.retain_hours, "--retain-hours"),
+                            (args.retain_gib, "--retain-gib")):
+            if given is not None:
+                raise UsageError(f"{flag} needs --maintain-every-s (how often to apply it)")
         return None
     if args.every_s <= 0:
         raise UsageError("--maintain-every-s must be positive")
     return {"every_s": args.every_s, "keep_snapshots_s": args.keep_snapshots_hours * 3600.0,
-            "retain_s": None if args.retain_hours is None else args.retain_hours * 3600.0}
+            "retain_s": None if args.retain_hours is None else args.retain_hours * 3600.0,
+            "retain_bytes": retain_bytes_of(args)}
 
 
 async def _serve(config: CollectorConfig, *, dashboard_port: int | None,
@@ -147,6 +152,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # whatever a flood of senders makes any library log, it logs at a bounded rate
     for handler in logging.getLogger().handlers:
         handler.addFilter(RateLimitFilter())
+    if args.ray or args.ray_address is not None:
+        from rolloutscope.cli.serve_ray import serve_on_ray
+
+        return serve_on_ray(config, address=args.ray_address, upkeep=_upkeep_of(args),
+                            dashboard_wanted=not args.no_dashboard)
     try:
         asyncio.run(_serve(config, dashboard_port=None if args.no_dashboard
                            else args.dashboard_port, upkeep=_upkeep_of(args)))
@@ -210,4 +220,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dashboard-port", type=_port, default=5006,
                    help="live dashboard on 127.0.0.1 at this port (0 picks a free one)")
     p.add_argument("--no-dashboard", action="store_true", help="collect only")
+    from rolloutscope.cli.serve_ray import add_ray_options
+
+    add_ray_options(p)
     p.set_defaults(handler=cmd_serve)

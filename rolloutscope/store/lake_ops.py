@@ -3,8 +3,9 @@
 ``copy_runs`` copies a store's runs into another store of either kind: a laptop capture into
 the cluster lake, or one run of the lake home as a file. The views read the same rows on both.
 
-``maintain`` is one pass of upkeep: retention first (drop what is older than ``retain_s``),
-then DuckLake's own compaction: merge the small Parquet files that group commits leave,
+``maintain`` is one pass of upkeep: retention first (drop what is older than ``retain_s``,
+and on a lake the oldest rows until its data files hold under ``retain_bytes``), then
+DuckLake's own compaction: merge the small Parquet files that group commits leave,
 expire snapshots older than ``keep_snapshots_s`` and delete the files nothing refers to any
 more. Each step is its own short transaction, retried when it loses a race with a writer, so
 writers and readers go on meanwhile (readers keep reading the snapshot they started on).
@@ -124,11 +125,14 @@ class MaintenanceReport:
     files_before: int
     files_after: int
     seconds: float
+    data_bytes: int | None = None  # a lake's, after the pass
 
     def line(self) -> str:
         dropped = sum(self.deleted_rows.values())
         return (f"retention dropped {dropped:,} row(s); data files {self.files_before} -> "
-                f"{self.files_after}; {self.seconds:.2f} s")
+                f"{self.files_after}"
+                + ("" if self.data_bytes is None else f" ({self.data_bytes / 2**20:,.1f} MiB)")
+                + f"; {self.seconds:.2f} s")
 
 
 def _data_files(cur: duckdb.DuckDBPyConnection) -> int:
@@ -137,11 +141,69 @@ def _data_files(cur: duckdb.DuckDBPyConnection) -> int:
     ).fetchall()[0][0])
 
 
+def data_bytes(cur: duckdb.DuckDBPyConnection) -> int:
+    """Bytes of the data and delete files the lake's latest snapshot refers to (files only
+    older snapshots refer to stay on disk until those snapshots expire)."""
+    return int(cur.execute(
+        f"SELECT coalesce(sum(file_size_bytes + delete_file_size_bytes), 0) "
+        f"FROM ducklake_table_info('{_lake.ALIAS}')").fetchall()[0][0])
+
+
+def _delete_older(store: RunStore, cur: duckdb.DuckDBPyConnection, cutoff_ns: int,
+                  deleted: dict[str, int]) -> None:
+    for table, age in _AGE.items():
+        deleted[table] = deleted.get(table, 0) + _delete(
+            store, cur, f"DELETE FROM {table} WHERE {age} < ?", [cutoff_ns])
+    deleted["span_links"] = deleted.get("span_links", 0) + _delete(
+        store, cur, "DELETE FROM span_links l WHERE NOT EXISTS (SELECT 1 FROM spans s "
+        "WHERE s.trace_id = l.trace_id AND s.span_id = l.span_id)", [])
+
+
+# Each pass drops the oldest share of rows the excess suggests; a pass can undershoot (old
+# rows may be smaller or larger than the average), so it measures again, a few times at most.
+_SIZE_PASSES = 6
+
+
+def _retain_size(store: RunStore, cur: duckdb.DuckDBPyConnection, retain_bytes: int,
+                 deleted: dict[str, int]) -> None:
+    """Drop the oldest rows (by the same ages as time retention, every table at one cutoff)
+    until the latest snapshot's files hold at most ``retain_bytes``; deleted rows are
+    rewritten out of their files so the bytes really go."""
+    lake = _lake.ALIAS
+    ages = " UNION ALL ".join(f"SELECT {age} AS age_ns FROM {table}"
+                              for table, age in _AGE.items())
+    for _ in range(_SIZE_PASSES):
+        _lake.with_retries(cur, lambda c: c.execute(
+            f"CALL ducklake_flush_inlined_data('{lake}')").fetchall())
+        size = data_bytes(cur)
+        if size <= retain_bytes:
+            return
+        share = 1.0 - retain_bytes / size
+        cutoff, oldest = cur.execute(
+            f"SELECT quantile_disc(age_ns, ?), min(age_ns) FROM ({ages}) "
+            f"WHERE age_ns IS NOT NULL", [share]).fetchall()[0]
+        if cutoff is None:  # no row has an age: what remains is not data to age out
+            return
+        # rows strictly older than the cutoff, and always at least the oldest instant's
+        _delete_older(store, cur, max(int(cutoff), int(oldest) + 1), deleted)
+        for call in (f"CALL ducklake_rewrite_data_files('{lake}', delete_threshold => 0.0)",
+                     f"CALL ducklake_merge_adjacent_files('{lake}')"):
+            _lake.with_retries(cur, lambda c, sql=call: c.execute(sql).fetchall())
+
+
 def maintain(store: RunStore, *, retain_s: float | None = None,
-             keep_snapshots_s: float = 3600.0, now_ns: int | None = None) -> MaintenanceReport:
+             retain_bytes: int | None = None, keep_snapshots_s: float = 3600.0,
+             now_ns: int | None = None) -> MaintenanceReport:
     """One pass of retention and compaction (see the module doc). ``now_ns`` is the clock
-    retention counts back from (default: the wall clock)."""
+    retention counts back from (default: the wall clock). ``retain_bytes`` (a lake only)
+    drops the oldest rows until the latest snapshot's data files hold at most that many."""
     store._require_writable()
+    if retain_bytes is not None:
+        if not store.is_lake:
+            raise StoreError("size retention is for a lake: a DuckDB file does not shrink "
+                             "when rows go (use time retention)")
+        if retain_bytes <= 0:
+            raise StoreError(f"size retention must be positive, not {retain_bytes} bytes")
     t0 = time.perf_counter()
     now_ns = time.time_ns() if now_ns is None else now_ns
     cur = store.new_cursor()
@@ -151,13 +213,9 @@ def maintain(store: RunStore, *, retain_s: float | None = None,
         if retain_s is not None:
             if retain_s <= 0:
                 raise StoreError(f"retention must be positive, not {retain_s}")
-            cutoff = now_ns - int(retain_s * 1e9)
-            for table, age in _AGE.items():
-                deleted[table] = _delete(store, cur, f"DELETE FROM {table} WHERE {age} < ?",
-                                         [cutoff])
-            deleted["span_links"] = _delete(
-                store, cur, "DELETE FROM span_links l WHERE NOT EXISTS (SELECT 1 FROM spans s "
-                "WHERE s.trace_id = l.trace_id AND s.span_id = l.span_id)", [])
+            _delete_older(store, cur, now_ns - int(retain_s * 1e9), deleted)
+        if retain_bytes is not None:
+            _retain_size(store, cur, int(retain_bytes), deleted)
         if not store.is_lake:
             cur.execute("CHECKPOINT")
             return MaintenanceReport(deleted_rows=deleted, files_before=0, files_after=0,
@@ -171,7 +229,7 @@ def maintain(store: RunStore, *, retain_s: float | None = None,
             _lake.with_retries(cur, lambda c, sql=call: c.execute(sql).fetchall())
         return MaintenanceReport(deleted_rows=deleted, files_before=files_before,
                                  files_after=_data_files(cur),
-                                 seconds=time.perf_counter() - t0)
+                                 seconds=time.perf_counter() - t0, data_bytes=data_bytes(cur))
     finally:
         cur.close()
 
@@ -193,11 +251,12 @@ class Maintenance:
     """``maintain`` every ``every_s`` seconds in a daemon thread, until ``stop()``."""
 
     def __init__(self, store: RunStore, *, every_s: float, retain_s: float | None = None,
-                 keep_snapshots_s: float = 3600.0) -> None:
+                 retain_bytes: int | None = None, keep_snapshots_s: float = 3600.0) -> None:
         if every_s <= 0:
             raise StoreError(f"maintenance interval must be positive, not {every_s}")
         self._store, self.every_s = store, every_s
-        self._kw = {"retain_s": retain_s, "keep_snapshots_s": keep_snapshots_s}
+        self._kw = {"retain_s": retain_s, "retain_bytes": retain_bytes,
+                    "keep_snapshots_s": keep_snapshots_s}
         self._stop = threading.Event()
         self.passes = 0
         self.last: MaintenanceReport | None = None

@@ -161,3 +161,35 @@ def test_replay_reads_its_capture_from_a_lake_and_writes_its_replay_into_one(tmp
     assert "reproduced in the replay" in report.read_text()
     with RunStore(out_lake, read_only=True) as store:
         assert len(store.view("incidents")) > 0
+
+
+def test_size_retention_drops_the_oldest_rows_until_the_lake_is_under_the_size(tmp_path, capsys):
+    from rolloutscope.store.lake_ops import data_bytes
+
+    lake = f"ducklake:sqlite:{tmp_path / 'catalog.sqlite'}"
+    commits, size = 12, 200  # one Parquet file per commit, oldest spans first
+    with RunStore(lake) as store:
+        writer = store.writer(max_delay_ms=1)
+        for c in range(commits):
+            writer.write(_batch("r", c * size, size), timeout=60)
+        cur = store.new_cursor()
+        full = data_bytes(cur)
+        report = maintain(store, retain_bytes=full // 2)
+        after = data_bytes(cur)
+        cur.close()
+        kept = store.query("SELECT min(start_ns), max(start_ns), count(*) FROM spans")[0]
+    assert 0 < after <= full // 2
+    assert report.data_bytes == after
+    dropped = report.deleted_rows["spans"]
+    assert 0 < dropped < commits * size
+    # exactly the oldest went: what is left is the newest spans, every one of them
+    assert kept == (dropped * S, (commits * size - 1) * S, commits * size - dropped)
+    # the command: a size in GiB, for a lake only
+    assert main(["lake", "maintain", lake, "--retain-gib", str(after / 2**30 / 2)]) == 0
+    assert "retention dropped" in capsys.readouterr().out
+    with RunStore(lake, read_only=True) as store:
+        assert data_bytes(store.raw_connection()) <= after / 2
+    assert main(["lake", "maintain", str(tmp_path / "run.duckdb"), "--retain-gib", "1"]) == 2
+    assert "--retain-gib is for a lake" in capsys.readouterr().err
+    assert main(["lake", "maintain", lake, "--retain-gib", "0"]) == 2
+    assert "must be positive" in capsys.readouterr().err

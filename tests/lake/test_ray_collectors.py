@@ -36,3 +36,61 @@ def test_one_collector_actor_per_node_writes_the_lake(tmp_path):
         authors = dict(writer_rows(store.raw_connection()))
     assert list(authors) == [placed[0].writer_id]
     assert int(placed[0].writer_id.split(":")[1]) != os.getpid()  # the actor's own process
+
+
+@pytest.mark.parametrize("to", ["driver", "process-group"])
+def test_serve_ray_places_a_collector_per_node_prints_each_and_stops_them_on_sigterm(tmp_path,
+                                                                                     to):
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from rolloutscope.cli.serve import READY_PREFIX
+    from rolloutscope.cli.serve_ray import ALL_READY_PREFIX
+
+    lake = f"ducklake:sqlite:{tmp_path / 'catalog.sqlite'}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rolloutscope", "serve", "--ray", "--db", lake,
+         "--otlp-http-port", "0", "--otlp-grpc-port", "0", "--no-dashboard"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        env={k: v for k, v in os.environ.items()
+             if k not in ("RAY_ADDRESS", "OTEL_EXPORTER_OTLP_ENDPOINT")})
+    lines: list[str] = []
+    # a thread reads the output: the text buffer may hold lines a selector cannot see
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")),
+                              daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 180  # a local Ray starting on a loaded machine
+        while not any(line.startswith(ALL_READY_PREFIX) for line in lines):
+            assert time.monotonic() < deadline and proc.poll() is None, "".join(lines)
+            time.sleep(0.2)
+        placed = [dict(f.split("=", 1) for f in line[len(READY_PREFIX):].split())
+                  for line in lines if line.startswith(READY_PREFIX)]
+        assert len(placed) == 1 and f"{ALL_READY_PREFIX}1 node(s)" in "".join(lines)
+        assert placed[0]["http"].startswith("http://127.0.0.1:") and placed[0]["db"] == lake
+        assert placed[0]["grpc"].startswith("127.0.0.1:")
+        result = run_sender("batches", "http-protobuf", placed[0]["http"], "via-serve-ray",
+                            "3", "20", str(tmp_path / "acks"))
+        assert result["acked"] == 3
+        if to == "driver":
+            proc.send_signal(signal.SIGTERM)
+        else:  # as a terminal's Ctrl-C does: the local Ray's actors get it too
+            os.killpg(proc.pid, signal.SIGTERM)
+        rc = proc.wait(120)
+        reader.join(30)
+        # the driver alone stops cleanly; a signal to the group may end the actor first, and
+        # the exit status says so
+        assert rc == 0 if to == "driver" else rc in (0, 1), "".join(lines)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    assert ("everything received is committed" if rc == 0
+            else "had already ended; what they acknowledged is committed") in "".join(lines)
+    with RunStore(lake, read_only=True) as store:
+        assert store.query("SELECT count(*) FROM spans WHERE run_id = 'via-serve-ray'")[0][0] == 60
+        authors = dict(writer_rows(store.raw_connection()))
+    assert list(authors) == [placed[0]["writer"]]  # the actor wrote them, not the driver

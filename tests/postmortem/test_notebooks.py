@@ -10,6 +10,8 @@ import sys
 import nbformat
 import pytest
 
+from tests.store_kinds import STORE_KINDS, store_target
+
 from .notebook_runner import NOTEBOOKS, execute, load, parameters_index, text_outputs
 
 NAMES = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
@@ -96,3 +98,20 @@ def test_a_notebook_runs_top_to_bottom_and_its_final_assertions_hold(name, tmp_p
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
     assert errors == []
     assert "Traceback" not in text_outputs(nb)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", STORE_KINDS)
+def test_a_postmortem_notebook_reads_the_run_it_is_given_from_either_store_kind(kind, tmp_path):
+    from rolloutscope.postmortem import runs
+
+    capture = store_target(kind, tmp_path, "capture")
+    run = runs.replay_scenario("snapshot-outlasts-deadline", capture)
+    nb = execute(load("snapshot_vs_deadline_postmortem.ipynb"),
+                 {"RUN": str(capture), "WORKDIR": str(tmp_path / "work")})
+    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
+    assert errors == []  # and its final cell's assertions held (a failing cell raises)
+    shown = text_outputs(nb)
+    # the notebook worked on the store it was given, not on a replay of its own
+    assert run.run_id in shown and "replayed_from=None" in shown
+    assert ("LakeSpec(catalog='sqlite'" in shown) == (kind == "lake-sqlite")
