@@ -120,6 +120,23 @@ def start_sender(*args: str) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, env=_env())
 
 
+def acked(ack_file: Path) -> list[int]:
+    """The batches a sender recorded as acknowledged in its ack file."""
+    if not ack_file.exists():
+        return []
+    text = ack_file.read_text()
+    complete = text[: text.rfind("\n") + 1]  # a line being written is not an ack yet
+    return [int(line) for line in complete.splitlines()]
+
+
+def wait_for_acks(files: list[Path], at_least: int, deadline_s: float) -> None:
+    """Until every ack file holds ``at_least`` acks; fails past ``deadline_s``."""
+    deadline = time.monotonic() + deadline_s
+    while min(len(acked(f)) for f in files) < at_least:
+        assert time.monotonic() < deadline, "senders made no progress"
+        time.sleep(0.05)  # polling files written by other processes; no event to await
+
+
 @pytest.fixture(scope="module")
 def collector(tmp_path_factory) -> Iterator[Collector]:
     """One collector per test module, with default settings."""

@@ -12,25 +12,17 @@ import pytest
 
 from rolloutscope.collectors.otlp.counters import METRIC_ACCEPTED
 from rolloutscope.store import RunStore
-from tests.collectors.conftest import run_sender, start_collector, start_sender
+from tests.collectors.conftest import (
+    acked,
+    run_sender,
+    start_collector,
+    start_sender,
+    wait_for_acks,
+)
 
 BATCH = 200
 DEADLINE_S = 90.0
 
-
-def _acked(ack_file: Path) -> list[int]:
-    if not ack_file.exists():
-        return []
-    text = ack_file.read_text()
-    complete = text[: text.rfind("\n") + 1]  # a line being written is not an ack yet
-    return [int(line) for line in complete.splitlines()]
-
-
-def _wait_for_acks(files: list[Path], at_least: int) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while min(len(_acked(f)) for f in files) < at_least:
-        assert time.monotonic() < deadline, "senders made no progress"
-        time.sleep(0.05)  # polling files written by other processes; no event to await
 
 
 def _batches_in_store(db: Path) -> dict[tuple[str, int], int]:
@@ -55,7 +47,7 @@ def test_kill_9_during_sustained_ingest_loses_no_acknowledged_span(tmp_path):
     c = start_collector(tmp_path / "run.duckdb")
     procs, files = _senders(c, tmp_path, ["http-a", "http-b", "grpc-a"], 100_000, BATCH)
     try:
-        _wait_for_acks(files, at_least=5)
+        wait_for_acks(files, at_least=5, deadline_s=DEADLINE_S)
         c.process.send_signal(signal.SIGKILL)
         c.process.wait(30)
     finally:
@@ -64,9 +56,9 @@ def test_kill_9_during_sustained_ingest_loses_no_acknowledged_span(tmp_path):
             p.wait(30)
     stored = _batches_in_store(c.db)
     for name, ack in zip(["http-a", "http-b", "grpc-a"], files, strict=True):
-        acked = _acked(ack)
-        assert len(acked) >= 5
-        missing = [b for b in acked if stored.get((name, b)) != BATCH]
+        acked_batches = acked(ack)
+        assert len(acked_batches) >= 5
+        missing = [b for b in acked_batches if stored.get((name, b)) != BATCH]
         assert not missing, f"{name}: acknowledged batches missing or partial: {missing[:10]}"
 
 
@@ -74,7 +66,7 @@ def test_sigterm_drains_and_commits_everything_accepted(tmp_path):
     c = start_collector(tmp_path / "run.duckdb")
     procs, files = _senders(c, tmp_path, ["http-a", "grpc-a"], 100_000, BATCH)
     try:
-        _wait_for_acks(files, at_least=3)
+        wait_for_acks(files, at_least=3, deadline_s=DEADLINE_S)
         assert c.stop(signal.SIGTERM) == 0
     finally:
         for p in procs:
@@ -90,7 +82,7 @@ def test_sigterm_drains_and_commits_everything_accepted(tmp_path):
     assert accepted == spans  # every span the collector accepted is in the file
     assert set(stored.values()) == {BATCH}  # no batch half-written
     for name, ack in zip(["http-a", "grpc-a"], files, strict=True):
-        assert all(stored.get((name, b)) == BATCH for b in _acked(ack))
+        assert all(stored.get((name, b)) == BATCH for b in acked(ack))
 
 
 @pytest.mark.slow
@@ -113,7 +105,7 @@ def test_overload_is_answered_with_backpressure_and_retrying_exporters_lose_noth
     for b in range(batches):
         (tmp_path / f"go.{b}").touch()
         deadline = time.monotonic() + DEADLINE_S
-        while min(len(_acked(f)) for f in files) <= b and all(p.poll() is None for p in procs):
+        while min(len(acked(f)) for f in files) <= b and all(p.poll() is None for p in procs):
             assert time.monotonic() < deadline, f"round {b} made no progress"
             time.sleep(0.05)  # polling files written by other processes; no event to await
     results = []
@@ -152,4 +144,4 @@ def test_run_sender_reports_its_acks(collector, tmp_path):
     result = run_sender("batches", "http-protobuf", collector.http, "one", "2", "10",
                         str(tmp_path / "acks"))
     assert result == {"acked": 2, "failed": 0}
-    assert _acked(tmp_path / "acks") == [0, 1]
+    assert acked(tmp_path / "acks") == [0, 1]

@@ -6,29 +6,14 @@ from __future__ import annotations
 
 import signal
 import time
-from pathlib import Path
 
 from rolloutscope.store import RunStore
 from rolloutscope.store.lake import writer_rows
-from tests.collectors.conftest import start_collector, start_sender
+from tests.collectors.conftest import acked, start_collector, start_sender, wait_for_acks
 
 BATCH = 100
 DEADLINE_S = 120.0
 
-
-def _acked(ack_file: Path) -> list[int]:
-    if not ack_file.exists():
-        return []
-    text = ack_file.read_text()
-    complete = text[: text.rfind("\n") + 1]  # a line being written is not an ack yet
-    return [int(line) for line in complete.splitlines()]
-
-
-def _wait_for_acks(files: list[Path], at_least: int) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while min(len(_acked(f)) for f in files) < at_least:
-        assert time.monotonic() < deadline, "senders made no progress"
-        time.sleep(0.05)  # polling files written by other processes; no event to await
 
 
 def test_three_writers_share_a_lake_and_kill_9_of_one_loses_nothing_acknowledged(tmp_path):
@@ -41,10 +26,10 @@ def test_three_writers_share_a_lake_and_kill_9_of_one_loses_nothing_acknowledged
         senders.append(start_sender("batches", "http-protobuf", c.http, name, "100000",
                                     str(BATCH), str(acks[-1])))
     try:
-        _wait_for_acks(acks, at_least=4)
+        wait_for_acks(acks, at_least=4, deadline_s=DEADLINE_S)
         collectors[0].process.send_signal(signal.SIGKILL)
         collectors[0].process.wait(30)
-        _wait_for_acks(acks[1:], at_least=len(_acked(acks[1])) + 3)
+        wait_for_acks(acks[1:], at_least=len(acked(acks[1])) + 3, deadline_s=DEADLINE_S)
         for c in collectors[1:]:
             assert c.stop(signal.SIGTERM) == 0
     finally:
@@ -62,9 +47,9 @@ def test_three_writers_share_a_lake_and_kill_9_of_one_loses_nothing_acknowledged
             "SELECT t.run_id, count(DISTINCT s.author) FROM spans t "
             "JOIN ducklake_snapshots('lake') s USING (snapshot_id) GROUP BY 1")
     for name, ack in zip(names, acks, strict=True):
-        acked = _acked(ack)
-        assert len(acked) >= 4
-        missing = [b for b in acked if stored.get((name, b)) != BATCH]
+        acked_batches = acked(ack)
+        assert len(acked_batches) >= 4
+        missing = [b for b in acked_batches if stored.get((name, b)) != BATCH]
         assert not missing, f"{name}: acknowledged batches missing or partial: {missing[:10]}"
     assert len(by_writer) == 3, by_writer  # three writers, three authors
     assert dict(authors) == {name: 1 for name in names}
@@ -82,23 +67,23 @@ def test_a_reader_in_another_process_sees_every_commit_made_before_its_query(tmp
     # this test process is the other process: a read-only open while both collectors write
     reads = 0
     try:
-        _wait_for_acks(acks, at_least=1)
+        wait_for_acks(acks, at_least=1, deadline_s=DEADLINE_S)
         with RunStore(lake, read_only=True) as reader:
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline and reads < 8:
-                acked = {name: set(_acked(ack)) for name, ack in zip("xy", acks, strict=True)}
+                acked_by = {name: set(acked(ack)) for name, ack in zip("xy", acks, strict=True)}
                 seen: dict[str, set[int]] = {"x": set(), "y": set()}
                 for run_id, batch, n in reader.query(
                         "SELECT run_id, prompt_idx, count(*) FROM spans GROUP BY ALL"):
                     if n == BATCH:
                         seen[run_id].add(batch)
                 for name in "xy":
-                    assert acked[name] <= seen[name], (
+                    assert acked_by[name] <= seen[name], (
                         f"{name}: acknowledged before the read, not seen by it: "
-                        f"{sorted(acked[name] - seen[name])[:10]}")
+                        f"{sorted(acked_by[name] - seen[name])[:10]}")
                 # the views read the same snapshot machinery
                 assert reader.query("SELECT count(*) FROM all_spans")[0][0] >= sum(
-                    len(a) for a in acked.values()) * BATCH
+                    len(a) for a in acked_by.values()) * BATCH
                 reads += 1
     finally:
         for p in senders:
