@@ -56,6 +56,7 @@ def config_from_args(args: argparse.Namespace) -> CollectorConfig:
                               max_rows=args.query_max_rows),
             max_queued_rows=args.max_queued_rows, retry_after_s=args.retry_after_s,
             commit_max_delay_ms=args.commit_max_delay_ms,
+            commit_when_idle=args.commit_when_idle,
             max_inflight_bytes=int(args.max_inflight_mib * MiB),
             max_connections=args.max_connections, header_timeout_s=args.header_timeout_s,
             body_timeout_s=args.body_timeout_s, store_memory_mib=args.store_memory_mib)
@@ -199,6 +200,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--commit-max-delay-ms", type=float,
                    default=CollectorConfig.commit_max_delay_ms,
                    help="longest a request waits for its group commit to gather others")
+    p.add_argument("--commit-when-idle", action=argparse.BooleanOptionalAction,
+                   default=CollectorConfig.commit_when_idle,
+                   help="commit a group as soon as no request is arriving (the default); with "
+                        "--no-commit-when-idle only --commit-max-delay-ms and the size bounds "
+                        "end a group")
     p.add_argument("--query-timeout-s", type=float, default=QueryLimits().timeout_s)
     p.add_argument("--query-max-result-mib", type=float,
                    default=QueryLimits().max_result_bytes / MiB,

@@ -126,16 +126,32 @@ def test_overload_is_answered_with_backpressure_and_retrying_exporters_lose_noth
 
 
 def test_the_stock_grpc_exporter_gets_resource_exhausted_with_retry_info(tmp_path):
+    size, rounds = 2_000, 2
+    # the queue admits one batch at a time (a batch over --max-queued-rows only into an empty
+    # queue) and holds it for the full 1.5 s, since the writer does not commit early when
+    # nothing else is arriving: the senders released together in each round find it full
     c = start_collector(tmp_path / "run.duckdb", "--max-queued-rows", "10",
-                        "--retry-after-s", "1")
+                        "--retry-after-s", "1", "--commit-max-delay-ms", "1500",
+                        "--no-commit-when-idle")
     try:
-        procs, _ = _senders(c, tmp_path, ["grpc-a", "grpc-b", "grpc-c"], 3, 2_000)
+        names = ["grpc-a", "grpc-b", "grpc-c"]
+        go = tmp_path / "go"
+        files = [tmp_path / f"{name}.acks" for name in names]
+        procs = [start_sender("rounds", "grpc", f"http://{c.grpc}", name, str(rounds), str(size),
+                              str(ack), str(go)) for name, ack in zip(names, files, strict=True)]
+        for b in range(rounds):
+            (tmp_path / f"go.{b}").touch()
+            deadline = time.monotonic() + DEADLINE_S
+            while min(len(acked(f)) for f in files) <= b and all(p.poll() is None for p in procs):
+                assert time.monotonic() < deadline, f"round {b} made no progress"
+                time.sleep(0.05)  # polling files written by other processes; no event to await
         for p in procs:
-            p.communicate(timeout=DEADLINE_S)
+            out, err = p.communicate(timeout=DEADLINE_S)
+            assert p.returncode == 0 and '"failed": 0' in out, err[-2000:]
         metrics = c.client.metrics()
         assert metrics["rolloutscope.collector.requests"].get("grpc/RESOURCE_EXHAUSTED", 0) > 0
         assert metrics["rolloutscope.collector.items.retried"]["traces"] > 0
-        assert c.count() == 3 * 3 * 2_000
+        assert c.count() == len(names) * rounds * size
     finally:
         c.stop()
 
@@ -145,3 +161,13 @@ def test_run_sender_reports_its_acks(collector, tmp_path):
                         str(tmp_path / "acks"))
     assert result == {"acked": 2, "failed": 0}
     assert acked(tmp_path / "acks") == [0, 1]
+
+
+@pytest.mark.parametrize(("flag", "expected"), [(None, True), ("--commit-when-idle", True),
+                                                ("--no-commit-when-idle", False)])
+def test_serve_commit_when_idle_option_reaches_the_collector_config(tmp_path, flag, expected):
+    from rolloutscope.cli import build_parser
+    from rolloutscope.cli.serve import config_from_args
+
+    argv = ["serve", "--db", str(tmp_path / "run.duckdb")] + ([flag] if flag else [])
+    assert config_from_args(build_parser().parse_args(argv)).commit_when_idle is expected
