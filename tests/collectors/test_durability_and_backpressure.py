@@ -92,7 +92,8 @@ def test_overload_is_answered_with_backpressure_and_retrying_exporters_lose_noth
     # senders that export each round's batch at the same moment: in every round two of them
     # find the queue full and retry (Retry-After 1 s), whatever this machine's speed
     c = start_collector(tmp_path / "run.duckdb", "--max-queued-rows", str(size),
-                        "--retry-after-s", "1", "--commit-max-delay-ms", "1000")
+                        "--retry-after-s", "1", "--commit-max-delay-ms", "1000",
+                        "--no-commit-when-idle")
     names = ["http-a", "http-b", "grpc-a"]
     go = tmp_path / "go"
     procs, files = [], []
