@@ -206,7 +206,10 @@ class RunStore:
     # -- reading ---------------------------------------------------------------------------
     @contextlib.contextmanager
     def cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A cursor of this store's connection for the caller's thread; closed afterwards."""
+        """A cursor of this store's connection for the caller's thread; closed afterwards.
+        On a read-only file whose views are older than this version, a thread gets the same
+        cursor (holding the current views) every time, nested calls included: a caller that
+        installs views of its own takes ``new_cursor()``."""
         if self._temp_views:
             cur = getattr(self._local, "cursor", None)
             if cur is None:

@@ -12,6 +12,7 @@ collector, and on a small synthetic run whose released-Gym share carries the HTT
 from __future__ import annotations
 
 import importlib.util
+from contextlib import closing
 import math
 import re
 from collections import Counter
@@ -68,7 +69,10 @@ def differences(path: Path) -> dict[str, tuple[int, int, list[str]]]:
     packaged = dict(views.definitions())
     reference = {**packaged, **reference_texts()}
     out = {}
-    with RunStore(path, read_only=True) as store, store.cursor() as new, store.cursor() as old:
+    # cursors of their own: store.cursor() hands one thread the same cursor each time when the
+    # file's views are older than this checkout's, and the two sets must not overwrite each other
+    with RunStore(path, read_only=True) as store, closing(store.new_cursor()) as new, \
+            closing(store.new_cursor()) as old:
         _install(new, packaged)
         _install(old, reference)
         for name, _ in views.definitions():
@@ -126,3 +130,24 @@ def test_a_synthetic_run_with_http_incidents_reads_the_same_through_both(tmp_pat
     assert {"wedged_backend", "retry_storm", "stall", "stranded_completion",
             "deadline_fired_while_parked"} <= kinds, kinds
     assert incidents > 0
+
+
+def test_the_comparison_sees_a_reference_that_reads_differently(tmp_path, monkeypatch):
+    """The two sets of views really are compared: a reference that drops the failed tries is
+    reported, on a file whose stored views are older than this version's (where the store
+    hands a thread one cursor with the current views) as on a current one."""
+    path = tmp_path / "run.duckdb"
+    with RunStore(path) as store:
+        replay_into_store(get("snapshot-outlasts-deadline"), store)
+    texts = reference_texts()
+    texts["rollout_attempts"] = dict(views.definitions())["rollout_attempts"].replace(
+        "WHERE name = 'rl.rollout.attempt'\n",
+        "WHERE name = 'rl.rollout.attempt' AND status_code <> 'ERROR'\n", 1)
+    assert texts["rollout_attempts"] != dict(views.definitions())["rollout_attempts"]
+    monkeypatch.setattr(f"{__name__}.reference_texts", lambda: texts)
+    diff, _ = differences(path)
+    assert "rollout_attempts" in diff, diff
+    with RunStore(path) as store:  # as an older version left it: other stored views
+        store.query("UPDATE store_meta SET value = 'older' WHERE key = 'views_digest'")
+    diff, _ = differences(path)
+    assert "rollout_attempts" in diff, diff
