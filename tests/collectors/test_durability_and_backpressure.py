@@ -43,6 +43,32 @@ def _senders(c, tmp_path: Path, names: list[str], batches: int, size: int):
     return procs, files
 
 
+def _in_rounds(c, tmp_path: Path, names: list[str], rounds: int, size: int) -> list[str]:
+    """Senders that export batch b of ``size`` spans only once the test releases round b, to
+    all of them at the same moment; each round waits until every sender acknowledged its
+    batch. Returns each sender's stdout (its JSON counts)."""
+    go = tmp_path / "go"
+    procs, files = [], []
+    for name in names:
+        protocol = "grpc" if name.startswith("grpc") else "http-protobuf"
+        endpoint = f"http://{c.grpc}" if protocol == "grpc" else c.http
+        files.append(tmp_path / f"{name}.acks")
+        procs.append(start_sender("rounds", protocol, endpoint, name, str(rounds), str(size),
+                                  str(files[-1]), str(go)))
+    for b in range(rounds):
+        (tmp_path / f"go.{b}").touch()
+        deadline = time.monotonic() + DEADLINE_S
+        while min(len(acked(f)) for f in files) <= b and all(p.poll() is None for p in procs):
+            assert time.monotonic() < deadline, f"round {b} made no progress"
+            time.sleep(0.05)  # polling files written by other processes; no event to await
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=DEADLINE_S)
+        assert p.returncode == 0, err[-2000:]
+        results.append(out)
+    return results
+
+
 def test_kill_9_during_sustained_ingest_loses_no_acknowledged_span(tmp_path):
     c = start_collector(tmp_path / "run.duckdb")
     procs, files = _senders(c, tmp_path, ["http-a", "http-b", "grpc-a"], 100_000, BATCH)
@@ -95,25 +121,7 @@ def test_overload_is_answered_with_backpressure_and_retrying_exporters_lose_noth
                         "--retry-after-s", "1", "--commit-max-delay-ms", "1000",
                         "--no-commit-when-idle")
     names = ["http-a", "http-b", "grpc-a"]
-    go = tmp_path / "go"
-    procs, files = [], []
-    for name in names:
-        protocol = "grpc" if name.startswith("grpc") else "http-protobuf"
-        endpoint = f"http://{c.grpc}" if protocol == "grpc" else c.http
-        files.append(tmp_path / f"{name}.acks")
-        procs.append(start_sender("rounds", protocol, endpoint, name, str(batches), str(size),
-                                  str(files[-1]), str(go)))
-    for b in range(batches):
-        (tmp_path / f"go.{b}").touch()
-        deadline = time.monotonic() + DEADLINE_S
-        while min(len(acked(f)) for f in files) <= b and all(p.poll() is None for p in procs):
-            assert time.monotonic() < deadline, f"round {b} made no progress"
-            time.sleep(0.05)  # polling files written by other processes; no event to await
-    results = []
-    for p in procs:
-        out, err = p.communicate(timeout=DEADLINE_S)
-        assert p.returncode == 0, err[-2000:]
-        results.append(out)
+    results = _in_rounds(c, tmp_path, names, batches, size)
     metrics = c.client.metrics()
     stored = c.client.query_records("SELECT run_id, count(*) AS n FROM spans GROUP BY run_id")
     c.stop()
@@ -136,19 +144,8 @@ def test_the_stock_grpc_exporter_gets_resource_exhausted_with_retry_info(tmp_pat
                         "--no-commit-when-idle")
     try:
         names = ["grpc-a", "grpc-b", "grpc-c"]
-        go = tmp_path / "go"
-        files = [tmp_path / f"{name}.acks" for name in names]
-        procs = [start_sender("rounds", "grpc", f"http://{c.grpc}", name, str(rounds), str(size),
-                              str(ack), str(go)) for name, ack in zip(names, files, strict=True)]
-        for b in range(rounds):
-            (tmp_path / f"go.{b}").touch()
-            deadline = time.monotonic() + DEADLINE_S
-            while min(len(acked(f)) for f in files) <= b and all(p.poll() is None for p in procs):
-                assert time.monotonic() < deadline, f"round {b} made no progress"
-                time.sleep(0.05)  # polling files written by other processes; no event to await
-        for p in procs:
-            out, err = p.communicate(timeout=DEADLINE_S)
-            assert p.returncode == 0 and '"failed": 0' in out, err[-2000:]
+        results = _in_rounds(c, tmp_path, names, rounds, size)
+        assert all('"failed": 0' in r for r in results), results
         metrics = c.client.metrics()
         assert metrics["rolloutscope.collector.requests"].get("grpc/RESOURCE_EXHAUSTED", 0) > 0
         assert metrics["rolloutscope.collector.items.retried"]["traces"] > 0
