@@ -187,6 +187,54 @@ class TestPanels:
         late = p1_frames.checkpoint_windows.assign(start_ns=ns(500), end_ns=ns(560))
         assert plots.deadline_overlaps(p1_frames.deadlines, late, now_ns=ns(600)).empty
 
+    def test_overlaps_are_the_cross_join_s_without_making_it(self):
+        """Random deadlines and windows (open ones included): the rows are those the plain
+        cross join of every deadline with every window gives, in the same order."""
+        rng = np.random.default_rng(7)
+        n, m, now = 600, 40, ns(5_000)
+        start = rng.integers(0, ns(4_000), n)
+        fired = rng.random(n) < 0.2
+        deadlines = pd.DataFrame({
+            "deadline_id": [f"d{i}" for i in range(n)], "kind": "rollout",
+            "rollout_id": [f"r-{i}" for i in range(n)], "attempt": rng.integers(0, 3, n),
+            "budget_s": 180.0, "suspended_s": 0.0,
+            "start_ns": start,
+            "end_ns": pd.array([None if o else int(v) for o, v in
+                                zip(rng.random(n) < 0.1, start + ns(180), strict=True)],
+                               dtype="Int64"),
+            "fired_ns": pd.array([int(v) if f else None for f, v in
+                                  zip(fired, start + ns(180), strict=True)], dtype="Int64"),
+            "outcome": np.where(fired, "fired", "completed"), "state_when_fired": "parked"})
+        wstart = np.sort(rng.integers(0, ns(4_800), m))
+        windows = pd.DataFrame({
+            "checkpoint_id": [f"ck{j}" for j in range(m)], "start_ns": wstart,
+            "end_ns": pd.array([int(v) for v in wstart[:-1] + ns(60)] + [None],
+                               dtype="Int64")})
+
+        def cross_join(d, w):  # the formulation the plot used: every deadline x every window
+            d = d[(d.kind == "rollout") & d.budget_s.notna()]
+            d = d.assign(_end=d.end_ns.fillna(now).astype("int64"))
+            pairs = d.merge(w[["checkpoint_id", "start_ns", "end_ns"]], how="cross",
+                            suffixes=("", "_w"))
+            w_end = pairs.end_ns_w.fillna(now).astype("int64")
+            hit = (pairs.start_ns_w < pairs._end) & (w_end > pairs.start_ns)
+            return pairs[hit].assign(_wend=w_end[hit])
+
+        expected = cross_join(deadlines, windows)
+        got = plots.deadline_overlaps(deadlines, windows, now_ns=now, cap=10_000)
+        snapshots = got[got.kind == "snapshot"]
+        assert len(expected) > 200 and expected.end_ns_w.isna().any()
+        assert snapshots.shape[0] == len(expected)
+        by_deadline = {did: grp.checkpoint_id.tolist()
+                       for did, grp in expected.groupby("deadline_id", sort=False)}
+        for label, grp in snapshots.groupby("row", sort=False):
+            rid = grp.rollout_id.iloc[0]
+            assert grp.detail.str.removeprefix("snapshot ").tolist() == \
+                by_deadline[f"d{rid.removeprefix('r-')}"]
+        first = expected[expected.deadline_id == "d" + snapshots.rollout_id.iloc[0][2:]]
+        assert snapshots.x1.iloc[:len(first)].tolist() == pytest.approx(
+            ((first._wend - first.start_ns) / 1e9).tolist())
+
     def test_failure_streaks_compare_probe_and_reported_per_shard(self):
         shards = frame([shard(3, "suspect", 0, 5, probe=1),
                         shard(3, "dead", 5, None, probe=1, reported=3, serving=False)],
