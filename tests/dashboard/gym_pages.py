@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import selectors
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.dashboard.test_browser import CHROMIUM, FLAGS, PLOT_PIXELS_JS, TIMEOUT_MS
+from tests.dashboard.test_browser import PLOT_PIXELS_JS, TIMEOUT_MS, launched_browser, new_page
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 TABS = ("Overview", "Timeline", "Checkpoints", "Fleet", "Rollouts", "Traces", "Incident",
@@ -84,23 +83,12 @@ class _Reader:
 
 @contextmanager
 def browser_page():
-    if not shutil.which(CHROMIUM) and not CHROMIUM.startswith("/"):
-        pytest.skip("chromium is not installed (scripts/setup.sh --browser)")
-    with playwright_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
-        page = ctx.new_page()
-        page.set_default_timeout(TIMEOUT_MS)
-        errors: list[str] = []
-        page.on("console", lambda m: errors.append(f"{m.text} at {m.location.get('url')}")
-                if m.type == "error" else None)
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.errors = errors
+    with launched_browser() as browser:
+        ctx, page = new_page(browser)
         try:
             yield page
         finally:
             ctx.close()
-            browser.close()
 
 
 def open_page(page, url: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -102,8 +103,9 @@ def served(p1_path) -> Iterator[str]:
             server.stop()
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator:
+@contextmanager
+def launched_browser() -> Iterator:
+    """Debian's Chromium under playwright, closed afterwards."""
     if not shutil.which(CHROMIUM) and not CHROMIUM.startswith("/"):
         pytest.skip("chromium is not installed (scripts/setup.sh --browser)")
     with playwright_api.sync_playwright() as pw:
@@ -114,9 +116,10 @@ def browser() -> Iterator:
             b.close()
 
 
-@pytest.fixture
-def page(browser, served):
-    ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
+def new_page(browser, width: int = 1600):
+    """A page in a context of its own (returned with it, to close), with every console error
+    and page error it meets collected in ``page.errors``."""
+    ctx = browser.new_context(viewport={"width": width, "height": 1000})
     page = ctx.new_page()
     page.set_default_timeout(TIMEOUT_MS)
     errors: list[str] = []
@@ -124,6 +127,18 @@ def page(browser, served):
             if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.errors = errors
+    return ctx, page
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator:
+    with launched_browser() as b:
+        yield b
+
+
+@pytest.fixture
+def page(browser, served):
+    ctx, page = new_page(browser)
     page.goto(served)
     page.wait_for_function("() => window.Bokeh && window.Bokeh.documents.length > 0")
     page.get_by_text("rollouts committed").wait_for()

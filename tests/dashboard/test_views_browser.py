@@ -20,7 +20,7 @@ from rolloutscope.store import RunStore
 from rolloutscope.vocabulary import IncidentKind
 
 from .incident_zoo import build_zoo
-from .test_browser import CANVASES_JS, CHROMIUM, FLAGS, PLOT_PIXELS_JS, TIMEOUT_MS, playwright_api
+from .test_browser import CANVASES_JS, PLOT_PIXELS_JS, TIMEOUT_MS, launched_browser, new_page
 
 pytestmark = pytest.mark.slow
 WIDTH = 1600
@@ -80,24 +80,13 @@ def served(zoo) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator:
-    with playwright_api.sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        try:
-            yield b
-        finally:
-            b.close()
+    with launched_browser() as b:
+        yield b
 
 
 @pytest.fixture
 def page(browser):
-    ctx = browser.new_context(viewport={"width": WIDTH, "height": 1000})
-    page = ctx.new_page()
-    page.set_default_timeout(TIMEOUT_MS)
-    errors: list[str] = []
-    page.on("console", lambda m: errors.append(f"{m.text} at {m.location.get('url')}")
-            if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.errors = errors
+    ctx, page = new_page(browser, WIDTH)
     yield page
     ctx.close()
 
