@@ -8,11 +8,14 @@ last acknowledgement, loss is sent minus counted in the store after the collecto
 The file baseline is one collector into one DuckDB file with one sender. Each configuration runs
 ``--repeats`` times (median reported); ratios are against the file in the same run.
 
-Incidents: the ``scale-16k`` scenario's run file, copied into a lake with
-``rolloutscope lake import``; the incidents view (``SELECT * FROM incidents``) timed on both,
-median of ``--repeats``, each on a fresh read-only open.
+Incidents: the ``scale-16k`` scenario's run file (or, with ``--incidents-from FILE``, any run
+file, e.g. a 10M-span one from ``benchmarks/synthetic.py``) copied into a fresh file and into a
+lake with ``rolloutscope lake import``, so both hold the same rows under the same views; the
+incidents view (``SELECT * FROM incidents``) timed on both, median of ``--repeats``, each on a
+fresh read-only open, in turns (file, lake, file, lake, ...).
 
 Run:  .venv/bin/python benchmarks/bench_lake.py   (prints `uptime` before and after)
+      .venv/bin/python benchmarks/bench_lake.py --no-ingest --incidents-from synthetic-10000000.duckdb
 """
 
 from __future__ import annotations
@@ -84,9 +87,22 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--batches", type=int, default=20, help="per sender, 1,000 spans each")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-ingest", action="store_true", help="time the incidents view only")
+    parser.add_argument("--incidents-from", metavar="FILE",
+                        help="a run file to copy into a file and a lake (default: scale-16k)")
+    parser.add_argument("--tmp", metavar="DIR", help="where the stores go (default: a temp dir)")
     args = parser.parse_args()
     print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
-    tmp = Path(tempfile.mkdtemp(prefix="bench-lake-"))
+    tmp = Path(args.tmp or tempfile.mkdtemp(prefix="bench-lake-"))
+    tmp.mkdir(parents=True, exist_ok=True)
+    if not args.no_ingest:
+        ingest_table(tmp, args)
+    incidents_table(tmp, args)
+    print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+
+
+def ingest_table(tmp: Path, args: argparse.Namespace) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="ingest-", dir=tmp))  # fresh stores, whatever --tmp holds
     configs = [("file", 1), ("lake", 1), ("lake", 2), ("lake", 4)]
     rows = {}
     for kind, n in configs:
@@ -105,19 +121,42 @@ def main() -> None:
         print(f"  {kind:<4} x{n}: {row['spans_per_s']:>9,.0f} spans/s  "
               f"ratio {row['spans_per_s'] / base:.2f}  loss {row['loss']}  "
               f"429-retries {row['retries']}")
-    file = tmp / "s16k.duckdb"
-    subprocess.run([sys.executable, "-m", "rolloutscope", "scenario", "run", "scale-16k",
-                    "--db", str(file)], check=True, capture_output=True)
-    lake = f"ducklake:sqlite:{tmp / 's16k' / 'catalog.sqlite'}"
-    subprocess.run([sys.executable, "-m", "rolloutscope", "lake", "import", str(file), lake],
-                   check=True, capture_output=True)
+
+
+def _copy(source: str, dest: str) -> float:
+    from rolloutscope.store.lake_ops import copy_runs  # what `rolloutscope lake import` runs
+
+    t = time.perf_counter()
+    copy_runs(source, dest)
+    return time.perf_counter() - t
+
+
+def incidents_table(tmp: Path, args: argparse.Namespace) -> None:
+    if args.incidents_from:
+        source, label = str(Path(args.incidents_from).resolve()), Path(args.incidents_from).stem
+    else:
+        source, label = str(tmp / "s16k-source.duckdb"), "scale-16k"
+        if not Path(source).exists():
+            subprocess.run([sys.executable, "-m", "rolloutscope", "scenario", "run", "scale-16k",
+                            "--db", source], check=True, capture_output=True)
+    file = tmp / f"{label}.duckdb"
+    lake = f"ducklake:sqlite:{tmp / label / 'catalog.sqlite'}"
+    if not file.exists():
+        print(f"copied into a file in {_copy(source, str(file)):.1f} s")
+    if not (tmp / label / "catalog.sqlite").exists():
+        print(f"copied into a lake in {_copy(source, lake):.1f} s")
     with RunStore(file, read_only=True) as rs:
         spans = rs.query("SELECT count(*) FROM spans")[0][0]
-    f_s = statistics.median(incidents_s(str(file)) for _ in range(args.repeats))
-    l_s = statistics.median(incidents_s(lake) for _ in range(args.repeats))
-    print(f"incidents view, scale-16k ({spans:,} spans), median of {args.repeats}: "
-          f"file {f_s:.2f} s, lake {l_s:.2f} s, lake/file {l_s / f_s:.2f}")
-    print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    with RunStore(lake, read_only=True) as rs:
+        assert rs.query("SELECT count(*) FROM spans")[0][0] == spans, "the copies differ"
+    f_t, l_t = [], []
+    for _ in range(args.repeats):
+        f_t.append(incidents_s(str(file)))
+        l_t.append(incidents_s(lake))
+    f_s, l_s = statistics.median(f_t), statistics.median(l_t)
+    print(f"incidents view, {label} ({spans:,} spans), median of {args.repeats}: "
+          f"file {f_s:.2f} s, lake {l_s:.2f} s, lake/file {l_s / f_s:.2f}  "
+          f"(file {', '.join(f'{x:.2f}' for x in f_t)}; lake {', '.join(f'{x:.2f}' for x in l_t)})")
 
 
 if __name__ == "__main__":
