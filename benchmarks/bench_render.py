@@ -15,6 +15,11 @@ of views, ``--reps`` times each, alternating two ways of drawing:
 
 Prints the median of each, their ratio, the target (0.4 s per view) and the machine's
 ``uptime`` load before and after: read ratios on a busy machine, not absolutes.
+
+With ``--load-reps N`` it first times the DataStore load itself N times each way, in turns:
+baseline, the capped Gym views (gym_rollouts, model_calls) ordered and limited over the whole
+run (``DataStore.cap_floors = False``); now, read from the start time their cap's anchor spans
+bound them by.
 """
 
 from __future__ import annotations
@@ -70,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spans", type=int, default=10_000_000)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--db", type=Path, help="an existing run file instead of a synthetic one")
+    ap.add_argument("--load-reps", type=int, default=0,
+                    help="time the DataStore load this many times each way first")
     args = ap.parse_args(argv)
     print(f"before: {load()}")
     tmp = Path(tempfile.mkdtemp(prefix="rolloutscope-bench-render-"))
@@ -82,6 +89,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"synthesised {counts['spans']:,} spans in {time.perf_counter() - t:,.1f} s")
         with RunStore(db, read_only=True) as store:
             run_id = store.run_ids()[-1]
+            if args.load_reps:
+                base, now = [], []
+                for _ in range(args.load_reps):
+                    for floors, out in ((False, base), (True, now)):
+                        DataStore.cap_floors = floors
+                        t = time.perf_counter()
+                        DataStore(store, run_id=run_id)
+                        out.append(time.perf_counter() - t)
+                DataStore.cap_floors = True
+                b, n = statistics.median(base), statistics.median(now)
+                print(f"DataStore load, median of {args.load_reps}: baseline (capped views "
+                      f"over the whole run) {b:,.1f} s, now {n:,.1f} s, now/baseline {n / b:.2f}"
+                      f"  ({', '.join(f'{x:.1f}' for x in base)} / "
+                      f"{', '.join(f'{x:.1f}' for x in now)})", flush=True)
             t = time.perf_counter()
             data = DataStore(store, run_id=run_id)
             rows = {k: len(v) for k, v in data.frames.items() if len(v)}

@@ -74,6 +74,10 @@ class ViewSpec:
     gym_only: bool = False
     rarely: bool = False  # a whole view read on full reloads only (what the run holds)
     cap: int | None = None  # at most this many rows, the latest
+    # span names some of a capped view's rows are, one row each, with the span's start_ns: the
+    # cap-th newest of those spans bounds the newest cap rows from below, so a capped read
+    # computes the view from there on instead of over the whole run (see ``_cap_floor``)
+    anchor: tuple[str, ...] = ()
 
 
 MAX_DETAIL_ROWS = 20_000  # Gym rollouts / model calls a dashboard holds (the latest)
@@ -93,9 +97,10 @@ VIEWS: dict[str, ViewSpec] = {v.name: v for v in (
     # released Gym's own rollouts and every model call (Gym's or any OTel client's): whole
     # views (their per-rollout sums cannot be read incrementally), off the tick
     ViewSpec("gym_rollouts", ("span_id",), (), optional=True, gym_only=True,
-             cap=MAX_DETAIL_ROWS),
+             cap=MAX_DETAIL_ROWS, anchor=("gym.rollout",)),
     ViewSpec("model_calls", ("span_id",), (), optional=True, gym_only=True,
-             cap=MAX_DETAIL_ROWS),
+             cap=MAX_DETAIL_ROWS,
+             anchor=("gym.model.responses", "gym.model.chat_completions", "gym.model.messages")),
     ViewSpec("incidents", ("incident_id",), (), INCIDENT_COLUMNS, optional=True),
     ViewSpec("run_thresholds", ("run_id",), (),
              ("run_id", "start_ns", "end_ns", "rollout_timeout_s", "prepare_timeout_s",
@@ -153,6 +158,9 @@ class DataStore(param.Parameterized):
     # derived selections are remembered until their frames change (off: each element derives
     # its own, as the dashboard did before; benchmarks/bench_render.py's baseline)
     remember_derived = True
+    # capped views read from their cap's floor (off: ordered and limited over the whole run;
+    # benchmarks/bench_render.py's load baseline)
+    cap_floors = True
 
     run_id = param.Selector(default=None, objects=[], doc="the run shown")
     incident = param.String(default=None, allow_None=True, doc="selected incident_id")
@@ -271,6 +279,10 @@ class DataStore(param.Parameterized):
             sql += f" AND ({end} IS NULL OR {end} >= ? OR {start} >= ?)"
             params += [since, since]
         if spec.cap is not None:
+            floor = self._cap_floor(spec)
+            if floor is not None:
+                sql += " AND start_ns >= ?"
+                params.append(floor)
             sql += f" ORDER BY start_ns DESC LIMIT {int(spec.cap)}"
         try:
             return self.store.query_df(sql, params)
@@ -280,6 +292,26 @@ class DataStore(param.Parameterized):
             self.problems.append(f"view {spec.name} unreadable: {exc}")
             log.warning("view %s unreadable: %s", spec.name, exc)
             return None
+
+    def _cap_floor(self, spec: ViewSpec) -> int | None:
+        """A start time the newest ``spec.cap`` rows of a capped view all start at or after,
+        or None (no anchor, or fewer anchor spans than the cap: read the whole view).
+
+        The anchor spans are some of the view's rows (one row each, same start_ns): when
+        ``cap`` of them start at or after T, so do the view's newest ``cap`` rows. Filtering the
+        view on T lets its scans skip the rest of the run: at 10M spans the latest 20,000
+        model calls read in 1.6 s instead of 5.5 s."""
+        if not (spec.anchor and self.cap_floors):
+            return None
+        marks = ", ".join("?" * len(spec.anchor))
+        try:
+            row = self.store.query(
+                f"SELECT start_ns FROM all_spans WHERE run_id = ? AND name IN ({marks}) "
+                f"ORDER BY start_ns DESC LIMIT 1 OFFSET {int(spec.cap) - 1}",
+                [self.run_id, *spec.anchor])
+        except StoreError:
+            return None
+        return int(row[0][0]) if row else None
 
     def refresh(self, *, full: bool = False) -> bool:
         """Read what changed since the last refresh; True if any frame changed."""

@@ -257,3 +257,56 @@ class TestServing:
         assert main(["dashboard", str(tmp_path / "none.duckdb"), "--no-browser"]) == 2
         err = capsys.readouterr().err
         assert err.startswith("rolloutscope dashboard:") and err.count("\n") == 1
+
+
+@pytest.fixture(scope="module")
+def gym_db(tmp_path_factory):
+    """The real Gym 0.7.0 capture, posted to a real collector."""
+    from tests.collectors.conftest import start_collector
+    from tests.gym_capture import post_capture
+
+    db = tmp_path_factory.mktemp("capped") / "gym.duckdb"
+    collector = start_collector(db)
+    try:
+        post_capture(collector.http)
+    finally:
+        collector.stop()
+    return db
+
+
+class TestCappedDetail:
+    """Gym rollouts and model calls are capped to the latest rows; a capped read computes the
+    view only from the start time that bounds them (``DataStore._cap_floor``)."""
+
+    @pytest.mark.parametrize("cap", [1, 2, 4, 5])
+    def test_a_capped_read_holds_the_view_s_latest_rows(self, gym_db, monkeypatch, cap):
+        from dataclasses import replace
+
+        from rolloutscope.store import RunStore
+
+        for name in ("gym_rollouts", "model_calls"):
+            monkeypatch.setitem(VIEWS, name, replace(VIEWS[name], cap=cap))
+        with RunStore(gym_db, read_only=True) as store:
+            data = DataStore(store)
+            for name in ("gym_rollouts", "model_calls"):
+                assert data._cap_floor(VIEWS[name]) is not None, name  # the capture has more
+                whole = store.query_df(f"SELECT * FROM {name} WHERE run_id = ?", [data.run_id])
+                assert len(whole) > cap
+                got = data.frames[name]
+                assert len(got) == cap, name
+                # the newest `cap` starts of the whole view, and rows of it whole (every
+                # column, the model sums included), not a recomputation over fewer spans
+                newest = sorted(whole.start_ns, reverse=True)[:cap]
+                assert sorted(got.start_ns, reverse=True) == newest, name
+                cols = list(whole.columns)
+                merged = got[cols].merge(whole, on=cols, how="left", indicator=True)
+                assert (merged["_merge"] == "both").all(), name
+
+    def test_without_enough_anchor_spans_the_whole_view_is_read(self, gym_db):
+        from rolloutscope.store import RunStore
+
+        with RunStore(gym_db, read_only=True) as store:
+            data = DataStore(store)  # cap 20,000, and the capture has 6 rollouts, 12 calls
+            assert data._cap_floor(VIEWS["model_calls"]) is None
+            assert len(data.frames["gym_rollouts"]) == 6
+            assert len(data.frames["model_calls"]) == 12
