@@ -49,6 +49,7 @@ from rolloutscope.dashboard.timeline_plot import (
     SPAN_COLUMNS,
     group_rollout_ids,
     pad_range,
+    rollout_gauges_frame,
 )
 
 log = logging.getLogger(__name__)
@@ -618,6 +619,14 @@ class DataStore(param.Parameterized):
             self._derived[key] = compute()
         return self._derived[key]
 
+    def rollout_gauges(self) -> tuple[pd.DataFrame, bool]:
+        """``rollout_gauges_frame`` of the run's tries, up to now (the Timeline and the
+        Incident tab draw the same one)."""
+        t0, now = self.origin_ns(), self.last_seen_ns()
+        return self.derived(("gauges", t0, now), ("rollout_attempts",),
+                            lambda: rollout_gauges_frame(self.frames["rollout_attempts"],
+                                                         t0_ns=t0, now_ns=now))
+
     def grouped_rollout_ids(self, name: str) -> pd.Series:
         """``group_rollout_ids`` of a Gym-side frame (parked intervals, completions)."""
         return self.derived(("grouped", name), (name, "rollout_attempts"),
@@ -642,10 +651,13 @@ class DataStore(param.Parameterized):
         attempts = self.frames["rollout_attempts"]
         for name in ("rollout_attempts", "deadlines", "parked_intervals", "completions"):
             df = self.frames[name]
-            if len(df) and "span_id" in df:
-                ids = self.grouped_rollout_ids(name) \
-                    if name in ("parked_intervals", "completions") else df.rollout_id
-                out.update(ids[df.span_id.isin(spans)].dropna().astype(str))
+            if len(df) and "span_id" in df and spans:
+                hit = df.span_id.isin(spans)
+                if not hit.any():
+                    continue
+                ids = self.grouped_rollout_ids(name)[hit] \
+                    if name in ("parked_intervals", "completions") else df.rollout_id[hit]
+                out.update(ids.dropna().astype(str))
         subjects = set(inc.subject.dropna().astype(str))
         if len(attempts) and subjects:
             known = set(attempts.rollout_id.dropna().astype(str))
@@ -732,7 +744,10 @@ class DataStore(param.Parameterized):
     def dialects(self) -> set[str]:
         """Whose rollout rows the run has: 'rl', 'gym', both or neither."""
         att = self.frames["rollout_attempts"]
-        return set(att.dialect.dropna().astype(str)) if "dialect" in att else set()
+        if "dialect" not in att:
+            return set()
+        return set(self.derived(("dialects",), ("rollout_attempts",),
+                                lambda: tuple(str(d) for d in att.dialect.dropna().unique())))
 
     # -- traces: read on demand, for the Traces tab only ----------------------------------
     def trace_choices(self, limit: int = 500) -> pd.DataFrame:

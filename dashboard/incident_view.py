@@ -127,8 +127,7 @@ class IncidentDetail(TimeView):
         d = self.data
         scene = self.scene()
         inc = self.shown_incident()
-        g, _ = tl.rollout_gauges_frame(d.frames["rollout_attempts"], t0_ns=self._t0(),
-                                       now_ns=d.last_seen_ns())
+        g, _ = d.rollout_gauges()
         xlim = self.window(inc) if inc is not None else d.whole_run()
         return tl.rollout_gauges(g, xlim=xlim, axes=tl.INCIDENT,
                                  marks=scene.marks if scene is not None else None,

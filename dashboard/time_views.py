@@ -90,8 +90,7 @@ class Timeline(TimeView):
 
     def _gauges(self, revision, view_range, rollout_filter, failure_class):
         d = self.data
-        g, self._sampled = tl.rollout_gauges_frame(d.frames["rollout_attempts"],
-                                                   t0_ns=d.origin_ns(), now_ns=d.last_seen_ns())
+        g, self._sampled = d.rollout_gauges()
         return tl.rollout_gauges(g, xlim=self.xlim(),
                                  committed_label=committed_label(d))
 

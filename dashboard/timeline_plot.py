@@ -94,9 +94,14 @@ def group_rollout_ids(frame: pd.DataFrame, attempts: pd.DataFrame) -> pd.Series:
     their group share ``prompt_idx``, so a row draws on its group's lane."""
     if not len(frame) or "prompt_idx" not in frame or not len(attempts):
         return frame["rollout_id"] if "rollout_id" in frame else pd.Series(dtype="object")
-    groups = (attempts.dropna(subset=["prompt_idx"]).drop_duplicates("prompt_idx")
-              .set_index("prompt_idx").rollout_id)
-    return frame.prompt_idx.map(groups).fillna(frame.rollout_id)
+    return frame.prompt_idx.map(prompt_groups(attempts)).fillna(frame.rollout_id)
+
+
+def prompt_groups(attempts: pd.DataFrame) -> pd.Series:
+    """``prompt_idx`` -> the rollout id of its first try (the two columns only: a run's tries
+    are hundreds of thousands of rows of many columns)."""
+    pairs = attempts[["prompt_idx", "rollout_id"]].dropna(subset=["prompt_idx"])
+    return pairs.drop_duplicates("prompt_idx").set_index("prompt_idx").rollout_id
 
 
 @dataclass(frozen=True)
@@ -593,6 +598,11 @@ def key_html(entries: Iterable[tuple[str, str, str]], *, note: str = "") -> str:
 GAUGE_POINTS = 2000  # a gauge with more changes than this is sampled at this many instants
 
 
+def _distinct(ordered: np.ndarray) -> int:
+    """How many distinct values a sorted array holds."""
+    return int(len(ordered) and 1 + np.count_nonzero(np.diff(ordered)))
+
+
 def rollout_gauges_frame(attempts: pd.DataFrame, *, t0_ns: int, now_ns: int,
                          max_points: int = GAUGE_POINTS) -> tuple[pd.DataFrame, bool]:
     """Tries in flight and tries committed so far (Gym: finished), over time, as steps; and
@@ -605,8 +615,13 @@ def rollout_gauges_frame(attempts: pd.DataFrame, *, t0_ns: int, now_ns: int,
     done = attempts.outcome.isin(["committed", "finished"]).to_numpy()
     commits = np.sort(pd.to_numeric(attempts.end_ns[done], errors="coerce").dropna()
                       .to_numpy(dtype="float64"))
-    changes = np.unique(np.concatenate([starts, ends, commits, [float(t0_ns), float(now_ns)]]))
-    sampled = len(changes) > max_points
+    # one sorted array with more distinct times than max_points is enough to sample; only a
+    # run with fewer needs the distinct times of all three merged
+    sampled = max(_distinct(starts), _distinct(ends), _distinct(commits)) > max_points
+    if not sampled:
+        changes = np.unique(np.concatenate([starts, ends, commits,
+                                            [float(t0_ns), float(now_ns)]]))
+        sampled = len(changes) > max_points
     at = np.linspace(float(t0_ns), float(now_ns), max_points) if sampled else changes
     at = at[(at >= min(float(t0_ns), starts[0])) & (at <= float(now_ns))]
     inflight = (np.searchsorted(starts, at, side="right")

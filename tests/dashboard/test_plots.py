@@ -280,3 +280,35 @@ def test_a_gym_row_draws_on_its_prompt_groups_lane():
     attempts = pd.DataFrame({"rollout_id": ["p7", "p7", "p8"], "prompt_idx": [7, 7, 8]})
     parked = pd.DataFrame({"rollout_id": ["p7-0", "p8-1", "x-0"], "prompt_idx": [7, 8, 99]})
     assert list(group_rollout_ids(parked, attempts)) == ["p7", "p8", "x-0"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("max_points", [5, 40, 2000])
+def test_the_gauges_sample_exactly_when_the_run_has_more_changes_than_points(seed, max_points):
+    """Tries in flight and committed at every change (or sampled past ``max_points`` distinct
+    change times): checked against counting each try at each instant directly."""
+    import numpy as np
+
+    from rolloutscope.dashboard.timeline_plot import rollout_gauges_frame
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 60))
+    grid = int(rng.integers(2, 40))  # few distinct times: duplicates galore
+    starts = rng.integers(0, grid, n) * 10**9
+    ends = starts + rng.integers(0, grid, n) * 10**9
+    open_ = rng.random(n) < 0.2
+    outcome = np.where(open_, "open", rng.choice(["committed", "failed", "finished"], n))
+    attempts = pd.DataFrame({"start_ns": starts,
+                             "end_ns": pd.array(np.where(open_, 0, ends), dtype="Int64"),
+                             "outcome": outcome})
+    attempts.loc[open_, "end_ns"] = pd.NA
+    now = int(ends.max()) + 10**9
+    g, sampled = rollout_gauges_frame(attempts, t0_ns=0, now_ns=now, max_points=max_points)
+    changes = np.unique(np.concatenate([starts, ends[~open_], [0, now]]).astype("float64"))
+    assert sampled == (len(changes) > max_points)
+    assert len(g) == (max_points if sampled else len(changes))
+    for t, flight, done in zip(g.t * 1e9, g.in_flight, g.committed):
+        t = round(t)
+        ended = (~open_) & (ends <= t)
+        assert flight == ((starts <= t) & ~ended).sum()
+        assert done == (ended & np.isin(outcome, ["committed", "finished"])).sum()
