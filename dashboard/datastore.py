@@ -284,7 +284,7 @@ class DataStore(param.Parameterized):
             if floor is not None:
                 sql += " AND start_ns >= ?"
                 params.append(floor)
-            sql += f" ORDER BY start_ns DESC LIMIT {int(spec.cap)}"
+            sql += f" ORDER BY start_ns DESC, span_id LIMIT {int(spec.cap)}"
         try:
             return self.store.query_df(sql, params)
         except StoreError as exc:
@@ -308,7 +308,8 @@ class DataStore(param.Parameterized):
         try:
             row = self.store.query(
                 f"SELECT start_ns FROM all_spans WHERE run_id = ? AND name IN ({marks}) "
-                f"ORDER BY start_ns DESC LIMIT 1 OFFSET {int(spec.cap) - 1}",
+                f"AND start_ns IS NOT NULL ORDER BY start_ns DESC LIMIT 1 "
+                f"OFFSET {int(spec.cap) - 1}",
                 [self.run_id, *spec.anchor])
         except StoreError:
             return None
@@ -613,11 +614,12 @@ class DataStore(param.Parameterized):
         key = (what, self.run_id, *(self.frame_versions[f] for f in frames))
         if not self.remember_derived:
             return compute()
-        if key not in self._derived:
+        value = self._derived.get(key)
+        if value is None:
             if len(self._derived) > 64:
                 self._derived.clear()
-            self._derived[key] = compute()
-        return self._derived[key]
+            value = self._derived[key] = compute()
+        return value
 
     def rollout_gauges(self) -> tuple[pd.DataFrame, bool]:
         """``rollout_gauges_frame`` of the run's tries, up to now (the Timeline and the
@@ -744,10 +746,8 @@ class DataStore(param.Parameterized):
     def dialects(self) -> set[str]:
         """Whose rollout rows the run has: 'rl', 'gym', both or neither."""
         att = self.frames["rollout_attempts"]
-        if "dialect" not in att:
-            return set()
-        return set(self.derived(("dialects",), ("rollout_attempts",),
-                                lambda: tuple(str(d) for d in att.dialect.dropna().unique())))
+        # not remembered: the background read of the whole views asks too, on its own thread
+        return {str(d) for d in att.dialect.dropna().unique()} if "dialect" in att else set()
 
     # -- traces: read on demand, for the Traces tab only ----------------------------------
     def trace_choices(self, limit: int = 500) -> pd.DataFrame:

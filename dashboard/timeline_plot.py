@@ -98,8 +98,9 @@ def group_rollout_ids(frame: pd.DataFrame, attempts: pd.DataFrame) -> pd.Series:
 
 
 def prompt_groups(attempts: pd.DataFrame) -> pd.Series:
-    """``prompt_idx`` -> the rollout id of its first try (the two columns only: a run's tries
-    are hundreds of thousands of rows of many columns)."""
+    """``prompt_idx`` -> its prompt group's rollout id, from the first try listed (every try of
+    a group names the same one). Two columns only: a run's tries are hundreds of thousands of
+    rows of many columns."""
     pairs = attempts[["prompt_idx", "rollout_id"]].dropna(subset=["prompt_idx"])
     return pairs.drop_duplicates("prompt_idx").set_index("prompt_idx").rollout_id
 

@@ -294,8 +294,8 @@ class TestCappedDetail:
                 assert len(whole) > cap
                 got = data.frames[name]
                 assert len(got) == cap, name
-                # the newest `cap` starts of the whole view, and rows of it whole (every
-                # column, the model sums included), not a recomputation over fewer spans
+                # the newest `cap` starts of the whole view, and rows of it as it reads whole
+                # (every column equal to a row of the unfiltered view)
                 newest = sorted(whole.start_ns, reverse=True)[:cap]
                 assert sorted(got.start_ns, reverse=True) == newest, name
                 cols = list(whole.columns)

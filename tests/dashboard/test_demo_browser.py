@@ -23,11 +23,10 @@ import pytest
 from rolloutscope.store import RunStore
 
 from .test_browser import (
-    CHROMIUM,
-    FLAGS,
     X_RANGES_JS,
+    launched_browser,
+    new_page,
     open_tab,
-    playwright_api,
     wait_for_every_plot,
 )
 
@@ -87,14 +86,10 @@ def demo(tmp_path) -> Iterator[DemoProcess]:
 def test_the_demo_shows_its_incidents_live_and_stops_cleanly_on_sigterm(demo, tmp_path):
     url = demo.wait_for(r"dashboard at (http://\S+)", START_TIMEOUT_S).group(1)
     run_file = Path(demo.wait_for(r"run file (\S+\.duckdb)", 5).group(1))
-    with playwright_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+    with launched_browser() as browser:
+        ctx, page = new_page(browser)
         try:
-            page = browser.new_page(viewport={"width": 1600, "height": 1000})
             page.set_default_timeout(INCIDENT_TIMEOUT_MS)
-            errors: list[str] = []
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(url)
             page.get_by_text("rollouts committed").wait_for()
             for kind in ("quarantine", "deadline_fired_while_parked"):
@@ -129,9 +124,9 @@ def test_the_demo_shows_its_incidents_live_and_stops_cleanly_on_sigterm(demo, tm
             page.locator(".tabulator-cell", has_text="committed").first.wait_for()
             wait_for_every_plot(page, 2)  # before and after
             page.screenshot(path=str(tmp_path / "demo_replay.png"), full_page=True)
-            assert errors == []
+            assert page.errors == []
         finally:
-            browser.close()
+            ctx.close()
 
     demo.proc.send_signal(signal.SIGTERM)
     assert demo.proc.wait(STOP_TIMEOUT_S) == 0, "\n".join(demo.lines)

@@ -302,7 +302,9 @@ def test_the_gauges_sample_exactly_when_the_run_has_more_changes_than_points(see
                              "end_ns": pd.array(np.where(open_, 0, ends), dtype="Int64"),
                              "outcome": outcome})
     attempts.loc[open_, "end_ns"] = pd.NA
-    now = int(ends.max()) + 10**9
+    # sampled instants on whole seconds (linspace's step exact), so they compare exactly
+    step = (max_points - 1) * 10**9
+    now = -(-(int(ends.max()) + 10**9) // step) * step
     g, sampled = rollout_gauges_frame(attempts, t0_ns=0, now_ns=now, max_points=max_points)
     changes = np.unique(np.concatenate([starts, ends[~open_], [0, now]]).astype("float64"))
     assert sampled == (len(changes) > max_points)
