@@ -50,6 +50,19 @@ def post_capture(http_base: str, folder: Path = FIXTURE) -> int:
     return accepted
 
 
+def collect_capture(db: Path) -> Path:
+    """A store holding the capture as a real collector wrote it: ``rolloutscope serve`` on
+    ``db``, every body posted, stopped cleanly."""
+    from tests.collectors.conftest import start_collector
+
+    collector = start_collector(db)
+    try:
+        assert post_capture(collector.http) == len(bodies())
+    finally:
+        assert collector.stop() == 0, "".join(collector.output)
+    return db
+
+
 def expected_spans(folder: Path = FIXTURE) -> list[dict]:
     """Every span as the official messages say: name, kind, service, times, attributes."""
     spans = []

@@ -262,16 +262,9 @@ class TestServing:
 @pytest.fixture(scope="module")
 def gym_db(tmp_path_factory):
     """The real Gym 0.7.0 capture, posted to a real collector."""
-    from tests.collectors.conftest import start_collector
-    from tests.gym_capture import post_capture
+    from tests.gym_capture import collect_capture
 
-    db = tmp_path_factory.mktemp("capped") / "gym.duckdb"
-    collector = start_collector(db)
-    try:
-        post_capture(collector.http)
-    finally:
-        collector.stop()
-    return db
+    return collect_capture(tmp_path_factory.mktemp("capped") / "gym.duckdb")
 
 
 class TestCappedDetail:

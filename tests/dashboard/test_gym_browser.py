@@ -14,7 +14,7 @@ import pytest
 from rolloutscope.collectors.exporter import instrument
 from rolloutscope.store import RunStore
 from tests.collectors.conftest import start_collector
-from tests.gym_capture import RUN_ID, post_capture
+from tests.gym_capture import RUN_ID, collect_capture, post_capture
 from tests.store.conftest import SpanKit
 
 from .gym_pages import (
@@ -34,13 +34,7 @@ OTEL_EXAMPLES = Path(__file__).parents[1] / "fixtures" / "otel-proto-examples"
 
 @pytest.fixture(scope="module")
 def gym_db(tmp_path_factory) -> Path:
-    db = tmp_path_factory.mktemp("gymdash") / "gym.duckdb"
-    collector = start_collector(db)
-    try:
-        post_capture(collector.http)
-    finally:
-        collector.stop()
-    return db
+    return collect_capture(tmp_path_factory.mktemp("gymdash") / "gym.duckdb")
 
 
 def test_every_tab_of_the_real_gym_capture_draws(gym_db, tmp_path):

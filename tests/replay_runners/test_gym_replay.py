@@ -10,19 +10,12 @@ import pytest
 from rolloutscope.cli import main
 from rolloutscope.replay.extract import ExtractionError, extract_scenario
 from rolloutscope.store import RunStore
-from tests.collectors.conftest import start_collector
-from tests.gym_capture import RUN_ID, expected_spans, post_capture
+from tests.gym_capture import RUN_ID, collect_capture, expected_spans
 
 
 @pytest.fixture(scope="module")
 def gym_run(tmp_path_factory) -> Path:
-    db = tmp_path_factory.mktemp("gymreplay") / "gym.duckdb"
-    collector = start_collector(db)
-    try:
-        post_capture(collector.http)
-    finally:
-        collector.stop()
-    return db
+    return collect_capture(tmp_path_factory.mktemp("gymreplay") / "gym.duckdb")
 
 
 def test_the_workload_comes_from_gyms_rollouts_and_model_calls(gym_run):
