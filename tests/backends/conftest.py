@@ -44,14 +44,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def openai_server(tiny_model_dir):
-    """``transformers serve`` with the tiny random model on loopback; yields its base URL."""
+START_TRIES = 3  # a port found free can be taken before the server binds it
+
+
+def _start_server(model_dir: Path) -> tuple[subprocess.Popen, str] | list[str]:
+    """``transformers serve`` on a free loopback port: (the process, its base URL) once it
+    listens, or every line it wrote if it exited first (uvicorn binds after its startup, so
+    a port lost to a race shows as an exit after "Started server process")."""
     port = _free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     cli = Path(sys.executable).with_name("transformers")
     proc = subprocess.Popen(
-        [str(cli), "serve", str(tiny_model_dir), "--device", "cpu", "--host", "127.0.0.1",
+        [str(cli), "serve", str(model_dir), "--device", "cpu", "--host", "127.0.0.1",
          "--port", str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True)
     assert proc.stdout is not None
@@ -60,17 +64,41 @@ def openai_server(tiny_model_dir):
     # a deadline for a busy machine: loading torch and transformers can take minutes there
     deadline = time.monotonic() + 600
     seen: list[str] = []
-    try:
-        while True:  # its own "running on" line says it listens
-            left = deadline - time.monotonic()
-            if left <= 0 or proc.poll() is not None:
-                pytest.fail("transformers serve did not start:\n" + "".join(seen[-20:]))
-            if sel.select(timeout=left):
-                line = proc.stdout.readline()
+    while True:  # its own "running on" line says it listens
+        left = deadline - time.monotonic()
+        if left <= 0:
+            proc.kill()
+            proc.wait(30)
+            pytest.fail("transformers serve did not listen within 600 s:\n"
+                        + "".join(seen[-20:]))
+        if sel.select(timeout=min(left, 1.0)):
+            line = proc.stdout.readline()
+            if line:
                 seen.append(line)
                 if "Uvicorn running on" in line:
-                    break
-        yield f"http://127.0.0.1:{port}/v1"
+                    return proc, f"http://127.0.0.1:{port}/v1"
+                continue
+        if proc.poll() is not None:  # exited: what it wrote last says why
+            seen.extend(proc.stdout.readlines())
+            proc.stdout.close()
+            return seen
+
+
+@pytest.fixture(scope="module")
+def openai_server(tiny_model_dir):
+    """``transformers serve`` with the tiny random model on loopback; yields its base URL."""
+    tries: list[list[str]] = []
+    while True:
+        started = _start_server(tiny_model_dir)
+        if not isinstance(started, list):
+            break
+        tries.append(started)
+        if len(tries) == START_TRIES:
+            pytest.fail(f"transformers serve exited before listening, {START_TRIES} times; "
+                        "the last time:\n" + "".join(started[-20:]))
+    proc, url = started
+    try:
+        yield url
     finally:
         proc.terminate()
         try:
