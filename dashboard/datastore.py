@@ -98,10 +98,11 @@ VIEWS: dict[str, ViewSpec] = {v.name: v for v in (
     # released Gym's own rollouts and every model call (Gym's or any OTel client's): whole
     # views (their per-rollout sums cannot be read incrementally), off the tick
     ViewSpec("gym_rollouts", ("span_id",), (), optional=True, gym_only=True,
-             cap=MAX_DETAIL_ROWS, anchor=("gym.rollout",)),
+             cap=MAX_DETAIL_ROWS, anchor=(SpanName.GYM_ROLLOUT,)),
     ViewSpec("model_calls", ("span_id",), (), optional=True, gym_only=True,
              cap=MAX_DETAIL_ROWS,
-             anchor=("gym.model.responses", "gym.model.chat_completions", "gym.model.messages")),
+             anchor=(SpanName.GYM_MODEL_RESPONSES, SpanName.GYM_MODEL_CHAT,
+                     SpanName.GYM_MODEL_MESSAGES)),
     ViewSpec("incidents", ("incident_id",), (), INCIDENT_COLUMNS, optional=True),
     ViewSpec("run_thresholds", ("run_id",), (),
              ("run_id", "start_ns", "end_ns", "rollout_timeout_s", "prepare_timeout_s",
