@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from rolloutscope.dashboard import style
+from rolloutscope.dashboard.timeline_plot import text_columns
 
 S = 1e9
 PHASES = ("prepare", "commit", "restore", "resume")
@@ -241,14 +242,14 @@ def overlap_plot(overlaps: pd.DataFrame) -> hv.Overlay:
             ("to (s)", "@x1{0.0}")]
     h = int(np.clip(len(rows) * 22 + 90, 200, 900))
     return hv.Overlay([
-        hv.Rectangles(bars("budget", 0.36), kd, ["row", "detail"], label="deadline budget")
+        hv.Rectangles(text_columns(bars("budget", 0.36)), kd, ["row", "detail"], label="deadline budget")
         .opts(color="#c9d6e3", line_color="#7a8fa6", tools=["hover"], hover_tooltips=tips),
-        hv.Rectangles(bars("snapshot", 0.22), kd, ["row", "detail"],
+        hv.Rectangles(text_columns(bars("snapshot", 0.22)), kd, ["row", "detail"],
                       label="snapshot window (rollout parked)")
         .opts(color=style.PARKED, alpha=0.8, line_alpha=0, tools=["hover"],
               hover_tooltips=tips),
-        hv.Points(pd.DataFrame({"x": fired.x0.astype("float64"), "y": fired.y,
-                                "row": fired.row, "detail": fired.detail}),
+        hv.Points(text_columns(pd.DataFrame({"x": fired.x0.astype("float64"), "y": fired.y,
+                                             "row": fired.row, "detail": fired.detail})),
                   ["x", "y"], ["row", "detail"], label="deadline fired")
         .opts(marker="x", size=14, line_width=3, color=style.ERROR, tools=["hover"]),
     ]).opts(hv.opts.Overlay(yticks=[(v, k) for k, v in y.items()], height=h, responsive=True,

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from rolloutscope.dashboard import style
-from rolloutscope.dashboard.timeline_plot import frame_hook, short_label
+from rolloutscope.dashboard.timeline_plot import frame_hook, short_label, text_columns
 from rolloutscope.store import runs
 
 HALF = 0.38
@@ -115,12 +115,13 @@ def replay_timeline(frame: pd.DataFrame, lanes: tuple[str, ...], *, title: str,
     layers = [
         hv.Rectangles(hl, kd, group="Highlight", label="selected incident").opts(
             color=style.INCIDENT_SPAN, alpha=0.25, line_alpha=0, **common),
-        hv.Rectangles(replay_rects(frame, lanes, end_s=xlim[1]).rename(columns={"y": Y}), kd,
+        hv.Rectangles(text_columns(replay_rects(frame, lanes, end_s=xlim[1])
+                                   .rename(columns={"y": Y})), kd,
                       ["color", "lane", "what", "detail"], group="Intervals").opts(
             color="color", line_color="white", line_width=0.5, tools=["hover"],
             hover_tooltips=TOOLTIPS, **common)]
     for kind, points in replay_instants(frame, lanes).items():
-        layers.append(hv.Points(points.rename(columns={"y": Y}), [TIME, Y],
+        layers.append(hv.Points(text_columns(points.rename(columns={"y": Y})), [TIME, Y],
                                 ["lane", "what", "detail"], label=kind.replace("_", " ")).opts(
             tools=["hover"], hover_tooltips=MARK_TOOLTIPS, **INSTANT_STYLE[kind], **common))
     h = style.lane_plot_height(len(lanes)) + 24  # and the title

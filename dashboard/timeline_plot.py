@@ -88,13 +88,16 @@ class TimelineFrames:
     events: pd.DataFrame = field(default_factory=lambda: _empty_frame(EVENT_COLUMNS))
 
 
-def group_rollout_ids(frame: pd.DataFrame, attempts: pd.DataFrame) -> pd.Series:
+def group_rollout_ids(frame: pd.DataFrame, attempts: pd.DataFrame,
+                      groups: pd.Series | None = None) -> pd.Series:
     """The RL prompt group's rollout id for each row of a Gym-side frame (parked intervals,
     completions). Gym names each row's execution (``p7-0``), RL the group (``p7``); rows and
-    their group share ``prompt_idx``, so a row draws on its group's lane."""
+    their group share ``prompt_idx``, so a row draws on its group's lane. ``groups``: the
+    tries' ``prompt_groups``, when already made."""
     if not len(frame) or "prompt_idx" not in frame or not len(attempts):
         return frame["rollout_id"] if "rollout_id" in frame else pd.Series(dtype="object")
-    return frame.prompt_idx.map(prompt_groups(attempts)).fillna(frame.rollout_id)
+    groups = prompt_groups(attempts) if groups is None else groups
+    return frame.prompt_idx.map(groups).fillna(frame.rollout_id)
 
 
 def prompt_groups(attempts: pd.DataFrame) -> pd.Series:
@@ -508,11 +511,13 @@ def lane_plot(frames: TimelineFrames, *, t0_ns: int, now_ns: int,
         hv.Rectangles(evid, kdims, vd, group="Evidence").opts(
             fill_alpha=0, line_color=style.EVIDENCE, line_width=2.5, **common),
     ]
-    for kind, mk in (instants(frames, lanes, t0_ns).items() if markers else ()):
-        layers.append(hv.Points(mk.rename(columns={"x": axes.t, "y": axes.y}),
-                                [axes.time, axes.y], ["lane", "what", "detail"],
-                                label=kind).opts(
-            tools=["hover"], hover_tooltips=mark_tooltips(axes.t), **mk_style(kind), **common))
+    if markers:
+        marks = marker_points(instants(frames, lanes, t0_ns))
+        layers.append(hv.Points(text_columns(marks.rename(columns={"x": axes.t, "y": axes.y})),
+                                [axes.time, axes.y], MARK_VDIMS, group="Marks").opts(
+            marker="marker", size="size", fill_color="fill", line_color="line",
+            line_width="line_width", tools=["hover"], hover_tooltips=mark_tooltips(axes.t),
+            **common))
     h = height or style.lane_plot_height(len(lanes.labels))
     return hv.Overlay(layers).opts(hv.opts.Overlay(**_time_opts(
         h, yticks=lanes.ticks, ylabel="",
@@ -521,7 +526,18 @@ def lane_plot(frames: TimelineFrames, *, t0_ns: int, now_ns: int,
 
 
 def _axes(df: pd.DataFrame, axes: Axes = TIMELINE) -> pd.DataFrame:
-    return df.rename(columns={"x0": axes.t, "y0": axes.y, "x1": "t_end", "y1": "y_top"})
+    return text_columns(df.rename(columns={"x0": axes.t, "y0": axes.y, "x1": "t_end",
+                                           "y1": "y_top"}))
+
+
+def text_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with its text columns typed as text (pandas' ``string``), not as Python objects.
+
+    HoloViews takes the range of every column of an element before drawing it: an object
+    column's is a scan of its values (a third of a lane plot's first render), a ``string``
+    column's none. Bokeh draws both alike; a missing value still reaches the browser as null."""
+    obj = [c for c in df.columns if df[c].dtype == object]
+    return df.astype(dict.fromkeys(obj, "string")) if obj else df
 
 
 def focus_range(incident, frames: TimelineFrames, *, t0_ns: int, now_ns: int,
@@ -542,8 +558,26 @@ def pad_range(lo: float, hi: float, pad: float = 0.12) -> tuple[float, float]:
     return (max(lo - pad * width, 0.0) if lo >= 0 else lo - pad * width, hi + pad * width)
 
 
-def mk_style(kind: str) -> dict:
-    return dict(MARKER_STYLE[kind])
+MARK_VDIMS = ["lane", "what", "detail", "marker", "size", "fill", "line", "line_width"]
+
+
+def marker_points(marks: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Every kind of instant in one frame, each row with its kind's marker, size and colours
+    (``MARKER_STYLE``), in the kinds' order, so later kinds draw on top: one layer for all
+    instants instead of one per kind (each layer of a plot costs its first render ~30 ms)."""
+    parts = []
+    for kind, mk in marks.items():
+        st = MARKER_STYLE[kind]
+        parts.append(mk.assign(marker=st["marker"], size=float(st["size"]),
+                               fill=st.get("fill_color", st.get("color")),
+                               line=st.get("line_color", st.get("color")),
+                               line_width=float(st.get("line_width", 1.0))))
+    cols = MARK_COLUMNS + MARK_VDIMS[3:]
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype="float64" if c in ("x", "y", "size",
+                                                                   "line_width") else "object")
+                             for c in cols})
+    return pd.concat(parts, ignore_index=True)[cols]
 
 
 # -- what the colours and markers mean, above the plots --------------------------------------
@@ -649,7 +683,7 @@ def rollout_gauges(gauges: pd.DataFrame, *, xlim: tuple[float, float],
     t = axes.time
     flight = hv.Dimension("in_flight", label="tries in flight", range=(0, ymax))
     return hv.Overlay([
-        hv.Segments(seg, [t, flight, "t_end", "top"], ["what", "detail"], label="marks").opts(
+        hv.Segments(text_columns(seg), [t, flight, "t_end", "top"], ["what", "detail"], label="marks").opts(
             color=style.WARN, line_width=2.5, line_dash="dashed", tools=["hover"],
             hover_tooltips=SHADE_TOOLTIPS, **common),
         hv.Curve(g, t, flight, label="in flight").opts(

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from rolloutscope.dashboard import style
+from rolloutscope.dashboard.timeline_plot import text_columns
 
 ROW_COLUMNS = ["row", "depth", "label", "name", "service", "kind", "status", "start_ms",
                "end_ms", "duration_ms", "attrs", "span_id", "parent_span_id", "is_open",
@@ -137,10 +138,10 @@ def waterfall_plot(rows: pd.DataFrame, *, title: str = "") -> hv.Overlay:
     common = dict(xlim=(0.0, max(xmax * 1.02, 1e-3)), ylim=(-n + 0.5 if n else -0.5, 0.5),
                   framewise=True)
     layers = [
-        hv.Rectangles(rects[~is_open], kdims, vdims, group="Span").opts(
+        hv.Rectangles(text_columns(rects[~is_open]), kdims, vdims, group="Span").opts(
             color="color", line_color="white", line_width=0.5, tools=["hover", "tap"],
             hover_tooltips=TOOLTIPS, **common),
-        hv.Rectangles(rects[is_open], kdims, vdims, group="Open").opts(
+        hv.Rectangles(text_columns(rects[is_open]), kdims, vdims, group="Open").opts(
             color="color", fill_alpha=0.45, line_color="#6b7785", line_dash="dashed",
             tools=["hover", "tap"], hover_tooltips=TOOLTIPS, **common),
     ]

@@ -163,12 +163,8 @@ class View(pn.viewable.Viewer):
         kept = set(names) if keep is None else set(keep) | {"incidents"}
         sub = {name: f[name] if name in kept else f[name].iloc[:0] for name in names}
         ids = set(map(str, rollout_ids))
-        for name in ("parked_intervals", "completions"):
-            if name in kept:
-                sub[name] = sub[name].assign(rollout_id=self.data.grouped_rollout_ids(name))
         for name in ("rollout_attempts", "parked_intervals", "deadlines", "completions"):
-            df = sub[name]
-            sub[name] = df[df.rollout_id.astype(str).isin(ids)] if len(df) else df
+            sub[name] = self.data.rows_of_rollouts(name, ids) if name in kept else sub[name]
         return tl.TimelineFrames(**sub, rollout_ids=tuple(rollout_ids), evidence=evidence)
 
     def _t0(self) -> int:

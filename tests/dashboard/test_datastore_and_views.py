@@ -303,3 +303,56 @@ class TestCappedDetail:
             assert data._cap_floor(VIEWS["model_calls"]) is None
             assert len(data.frames["gym_rollouts"]) == 6
             assert len(data.frames["model_calls"]) == 12
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_rows_of_rollouts_map_only_their_rows_and_match_mapping_every_row(p1_store, seed):
+    """``rows_of_rollouts`` (and ``incident_rollouts``) map only the rows that may land on the
+    lanes asked for; checked against mapping every row of the frame onto its prompt group,
+    on random tries and Gym rows: prompts no try names, rows whose own id is a lane but whose
+    prompt's group is another, missing prompt indices."""
+    import numpy as np
+    import pandas as pd
+
+    from rolloutscope.dashboard.timeline_plot import group_rollout_ids
+
+    rng = np.random.default_rng(seed)
+    data = DataStore(p1_store)
+    pool = [f"p{i}" for i in range(12)] + [f"p{i}-0" for i in range(12)] + ["x-0", "y-1"]
+
+    def prompts(n):
+        p = rng.integers(0, 16, n).astype("float64")
+        p[rng.random(n) < 0.15] = np.nan
+        return p
+
+    n = 60
+    attempts = pd.DataFrame({"rollout_id": rng.choice(pool[:12], n), "prompt_idx": prompts(n),
+                             "span_id": [f"a{i}" for i in range(n)]})
+    data.frames["rollout_attempts"] = attempts
+    for name in ("parked_intervals", "completions"):
+        data.frames[name] = pd.DataFrame({"rollout_id": rng.choice(pool, n),
+                                          "prompt_idx": prompts(n),
+                                          "span_id": [f"{name[0]}{i}" for i in range(n)]})
+    evidence = list(rng.choice([f"a{i}" for i in range(n)] + [f"p{i}" for i in range(n)]
+                               + [f"c{i}" for i in range(n)], 12, replace=False))
+    data.frames["incidents"] = pd.DataFrame({
+        "incident_id": ["i1"], "evidence": [evidence], "subject": [f"{pool[seed]} try 1"]})
+    for name in data.frame_versions:
+        data.frame_versions[name] += 1
+    ids = set(rng.choice(pool, 6, replace=False))
+    for name in ("rollout_attempts", "parked_intervals", "completions"):
+        df = data.frames[name]
+        if name != "rollout_attempts":
+            df = df.assign(rollout_id=group_rollout_ids(df, attempts))
+        want = df[df.rollout_id.isin(ids)]
+        got = data.rows_of_rollouts(name, ids)
+        assert got.index.tolist() == want.index.tolist()
+        assert got.rollout_id.tolist() == want.rollout_id.tolist()
+    named = set()
+    for name in ("rollout_attempts", "parked_intervals", "completions"):
+        df = data.frames[name]
+        mapped = group_rollout_ids(df, attempts) if name != "rollout_attempts" else df.rollout_id
+        named |= set(mapped[df.span_id.isin(evidence)].dropna().astype(str))
+    if pool[seed] in set(attempts.rollout_id):
+        named.add(pool[seed])
+    assert data.incident_rollouts("i1") == named

@@ -118,6 +118,28 @@ class TestLanePlot:
         fired = marks["deadline fired"].iloc[0]
         assert (fired.x, fired.lane, fired.detail) == (180.0, "r-7 try 0", "while parked")
 
+    def test_every_instant_draws_in_one_layer_with_its_kind_s_marker(self, p1_frames):
+        from bokeh.models import Scatter
+
+        marks = tl.instants(p1_frames, tl.lanes_for(p1_frames), T0)
+        plot = tl.lane_plot(p1_frames, t0_ns=T0, now_ns=ns(400))
+        layer = plot.get(5)
+        assert (type(layer), layer.group) == (hv.Points, "Marks")
+        drawn = layer.dframe()
+        assert len(drawn) == sum(len(m) for m in marks.values()) > 0
+        at = 0
+        for kind, mk in marks.items():  # in the kinds' order: later kinds on top
+            rows = drawn.iloc[at:at + len(mk)]
+            at += len(mk)
+            st = tl.MARKER_STYLE[kind]
+            assert rows.t.tolist() == mk.x.tolist() and rows.lane.tolist() == mk.lane.tolist()
+            assert set(rows.marker) <= {st["marker"]} and set(rows["size"]) <= {st["size"]}
+            assert set(rows.line) <= {st.get("line_color", st.get("color"))}
+            assert set(rows.fill) <= {st.get("fill_color", st.get("color"))}
+        fig = hv.render(plot)
+        [glyph] = [r.glyph for r in fig.renderers if isinstance(r.glyph, Scatter)]
+        assert glyph.marker == "marker" or getattr(glyph.marker, "field", None) == "marker"
+
     def test_evidence_is_outlined_and_stalls_are_shaded_to_now(self, p1_frames):
         plot = tl.lane_plot(p1_frames, t0_ns=T0, now_ns=ns(400))
         stall, evidence = plot.get(0), plot.get(4)
