@@ -242,7 +242,8 @@ def overlap_plot(overlaps: pd.DataFrame) -> hv.Overlay:
             ("to (s)", "@x1{0.0}")]
     h = int(np.clip(len(rows) * 22 + 90, 200, 900))
     return hv.Overlay([
-        hv.Rectangles(text_columns(bars("budget", 0.36)), kd, ["row", "detail"], label="deadline budget")
+        hv.Rectangles(text_columns(bars("budget", 0.36)), kd, ["row", "detail"],
+                      label="deadline budget")
         .opts(color="#c9d6e3", line_color="#7a8fa6", tools=["hover"], hover_tooltips=tips),
         hv.Rectangles(text_columns(bars("snapshot", 0.22)), kd, ["row", "detail"],
                       label="snapshot window (rollout parked)")

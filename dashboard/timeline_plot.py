@@ -683,7 +683,8 @@ def rollout_gauges(gauges: pd.DataFrame, *, xlim: tuple[float, float],
     t = axes.time
     flight = hv.Dimension("in_flight", label="tries in flight", range=(0, ymax))
     return hv.Overlay([
-        hv.Segments(text_columns(seg), [t, flight, "t_end", "top"], ["what", "detail"], label="marks").opts(
+        hv.Segments(text_columns(seg), [t, flight, "t_end", "top"], ["what", "detail"],
+                    label="marks").opts(
             color=style.WARN, line_width=2.5, line_dash="dashed", tools=["hover"],
             hover_tooltips=SHADE_TOOLTIPS, **common),
         hv.Curve(g, t, flight, label="in flight").opts(
