@@ -203,6 +203,7 @@ class DataStore(param.Parameterized):
         # derived selections (lanes, grouped ids), reused until a frame or a filter changes:
         # a first render asks for them from several elements, each a pass over every try
         self._derived: dict[tuple, object] = {}
+        self._dialects: tuple[tuple, frozenset[str]] | None = None  # (run, version), dialects
         self._registered: tuple[str, ...] | None = None  # the runs table, as last read live
         self._range_source: object = None
         self.range_is_incident = False  # time_range is an incident's window, not a zoom
@@ -489,6 +490,14 @@ class DataStore(param.Parameterized):
     def incident_window(self, incident: Mapping) -> tuple[float, float]:
         """The seconds that show an incident: its own interval and its evidence bars (within a
         few times its length of it: a shard's dead stay runs to the end of the run), padded."""
+        key = incident.get("incident_id")
+        if key is None:
+            return self._incident_window(incident)
+        # every frame: an open incident ends at last_seen_ns, which any of them can move
+        return self.derived(("incident_window", str(key)), tuple(VIEWS),
+                            lambda: self._incident_window(incident))
+
+    def _incident_window(self, incident: Mapping) -> tuple[float, float]:
         t0, now = self.origin_ns(), self.last_seen_ns()
         start = int(incident["start_ns"])
         end = int(incident["end_ns"]) if pd.notna(incident.get("end_ns")) else now
@@ -581,7 +590,12 @@ class DataStore(param.Parameterized):
         return min(starts) if starts else 0
 
     def last_seen_ns(self) -> int:
-        """'Now' for drawing open intervals: the latest time any view row mentions."""
+        """'Now' for drawing open intervals: the latest time any view row mentions (remembered
+        until a frame changes: a first render asks a dozen times, each a pass over every
+        row's times)."""
+        return self.derived(("last_seen",), tuple(VIEWS), self._last_seen_ns)
+
+    def _last_seen_ns(self) -> int:
         ends = []
         for name, df in self.frames.items():
             for c in dict.fromkeys(VIEWS[name].times):
@@ -769,10 +783,21 @@ class DataStore(param.Parameterized):
         return int(self.store.query("SELECT count(*) FROM all_spans WHERE run_id IS NULL")[0][0])
 
     def dialects(self) -> set[str]:
-        """Whose rollout rows the run has: 'rl', 'gym', both or neither."""
+        """Whose rollout rows the run has: 'rl', 'gym', both or neither.
+
+        Remembered with the tries' version, in one attribute of its own: the background read
+        of the whole views asks too, on its own thread. The version is read before the frame,
+        and a frame is replaced before its version moves, so a value is never kept under a
+        newer version than the frame it came from."""
+        mark = (self.run_id, self.frame_versions["rollout_attempts"])
+        memo = self._dialects
+        if memo is not None and memo[0] == mark and self.remember_derived:
+            return set(memo[1])
         att = self.frames["rollout_attempts"]
-        # not remembered: the background read of the whole views asks too, on its own thread
-        return {str(d) for d in att.dialect.dropna().unique()} if "dialect" in att else set()
+        found = frozenset(str(d) for d in att.dialect.dropna().unique()) \
+            if "dialect" in att else frozenset()
+        self._dialects = (mark, found)
+        return set(found)
 
     # -- traces: read on demand, for the Traces tab only ----------------------------------
     def trace_choices(self, limit: int = 500) -> pd.DataFrame:

@@ -18,7 +18,7 @@ import param
 
 from rolloutscope.dashboard import plots, style
 from rolloutscope.dashboard import timeline_plot as tl
-from rolloutscope.dashboard.datastore import DataStore
+from rolloutscope.dashboard.datastore import VIEWS, DataStore
 from rolloutscope.dashboard.views import (
     CSS,
     TimeView,
@@ -57,6 +57,9 @@ class Timeline(TimeView):
         """Where the bars are, padded, within the whole run: a run whose rows fill only part
         of its time (a Gym deployment's rollouts after a minute of start-up) opens on them;
         one whose rows span it (a shard's stay) opens on the whole run. "Whole run" resets."""
+        return self.data.derived(("drawn_extent",), tuple(VIEWS), self._extent)
+
+    def _extent(self) -> tuple[float, float]:
         d = self.data
         whole = d.whole_run()
         t0 = d.origin_ns()

@@ -444,7 +444,9 @@ def bars_follow_mouse(figure) -> None:
     it when that centre lies outside the frame. A plot zoomed onto a few seconds of a long bar
     (a shard healthy from the run's start, a state still open at now) has the bar's centre off
     screen, so hovering the bar showed nothing."""
-    for tool in figure.select(type=HoverTool):
+    for tool in figure.tools:  # the toolbar's own list: select() walks every model
+        if not isinstance(tool, HoverTool):
+            continue
         renderers = tool.renderers if isinstance(tool.renderers, list) else []
         if renderers and all(isinstance(getattr(r, "glyph", None), Quad) for r in renderers):
             tool.point_policy = "follow_mouse"

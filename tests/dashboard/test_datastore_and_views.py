@@ -356,3 +356,33 @@ def test_rows_of_rollouts_map_only_their_rows_and_match_mapping_every_row(p1_sto
     if pool[seed] in set(attempts.rollout_id):
         named.add(pool[seed])
     assert data.incident_rollouts("i1") == named
+
+
+def test_what_a_session_remembers_moves_with_the_frames_it_came_from(p1_store):
+    """``last_seen_ns``, ``dialects`` and an open incident's window are remembered per frame
+    version: a frame replaced (as a refresh does: the frame, then its version) moves them."""
+    import pandas as pd
+
+    data = DataStore(p1_store)
+    now = data.last_seen_ns()
+    inc = data.incidents()
+    open_inc = inc[inc.end_ns.isna()]
+    assert len(open_inc), "the P1 run has an incident still open at the end"
+    incident = open_inc.iloc[0].to_dict()
+    window = data.incident_window(incident)
+    assert data.dialects() == {"rl"}
+
+    later = now + 600 * 10**9
+    dl = data.frames["deadlines"]
+    data.frames["deadlines"] = pd.concat(
+        [dl, dl.iloc[:1].assign(start_ns=later - 10**9, fired_ns=later, end_ns=later)],
+        ignore_index=True)
+    data.frame_versions["deadlines"] += 1
+    assert data.last_seen_ns() == later
+    moved = data.incident_window(incident)
+    assert moved[1] > window[1]  # an open incident runs to the new now
+    att = data.frames["rollout_attempts"]
+    data.frames["rollout_attempts"] = att.assign(dialect="gym")
+    assert data.dialects() == {"rl"}  # the version has not moved: still the remembered value
+    data.frame_versions["rollout_attempts"] += 1
+    assert data.dialects() == {"gym"}
