@@ -718,14 +718,14 @@ class DataStore(param.Parameterized):
         mode = self.rollout_filter
         if mode == "in incidents":
             ids = self.incident_rollouts()
-            sel = att[att.rollout_id.astype(str).isin(ids)]
+            sel = att[att.rollout_id.isin(ids)]
         elif mode == "failed":
             sel = att[att.outcome.isin(["failed", "cancelled"])]
         elif mode == "redispatched":
             sel = att[att.attempt.fillna(0) > 0]
         elif mode == "parked":
             parked = set(self.frames["parked_intervals"].rollout_id.dropna().astype(str))
-            sel = att[att.rollout_id.astype(str).isin(parked)]
+            sel = att[att.rollout_id.isin(parked)]
         elif mode == "open":
             sel = att[att.outcome == "open"]
         else:
