@@ -467,20 +467,24 @@ def lane_plot(frames: TimelineFrames, *, t0_ns: int, now_ns: int,
               axes: Axes = TIMELINE) -> hv.Overlay:
     """The lane plot: windows, participants, shards and rollouts on one time axis.
 
-    Layers, bottom to top: shaded stalls, the highlighted incident span, closed bars, open bars
-    (faded, dashed outline), evidence outlines, then one marker layer per instant kind. Its
-    height follows the lane count (``style.lane_plot_height``), so lanes fill the plot.
+    Layers, bottom to top: shading (stalls, then the selected incident's span), closed bars,
+    open bars (faded, dashed outline), evidence outlines, then every instant in one marker
+    layer. Its height follows the lane count (``style.lane_plot_height``), so lanes fill the
+    plot.
     """
     lanes = lanes_for(frames)
     rects = interval_rects(frames, lanes, t0_ns, now_ns)
     is_open = rects.end_s.eq("open")
     top, bottom = 0.5, -len(lanes.labels) + 0.5
     stalls = _span_rects(shaded_periods(frames.incidents, ["stall"], t0_ns, now_ns), bottom, top)
-    hl = pd.DataFrame({"x0": [highlight[0]] if highlight else [],
-                       "x1": [highlight[1]] if highlight else [],
+    hl = pd.DataFrame({"x0": pd.Series([highlight[0]] if highlight else [], dtype="float64"),
+                       "x1": pd.Series([highlight[1]] if highlight else [], dtype="float64"),
                        "what": ["selected incident"] if highlight else [],
                        "detail": [""] if highlight else []})
     hl = _span_rects(hl, bottom, top)
+    # stalls under the selected incident, in one layer: colour and opacity per row
+    shade = pd.concat([stalls.assign(color=style.STALL, alpha=0.10),
+                       hl.assign(color=style.INCIDENT_SPAN, alpha=0.25)], ignore_index=True)
     evid = rects[rects.span_id.isin(frames.evidence)] if frames.evidence else rects.iloc[:0]
     span = (0.0, max((now_ns - t0_ns) / S, 1.0))
     xlim = xlim or span
@@ -492,17 +496,14 @@ def lane_plot(frames: TimelineFrames, *, t0_ns: int, now_ns: int,
         rects = rects.assign(x1=np.maximum(rects.x1.to_numpy(dtype="float64"),
                                            rects.x0.to_numpy(dtype="float64") + least))
     kdims = [axes.time, axes.y, "t_end", "y_top"]
-    rects, stalls, hl, evid = (_axes(df, axes) for df in (rects, stalls, hl, evid))
+    rects, shade, evid = (_axes(df, axes) for df in (rects, shade, evid))
     common = dict(xlim=xlim, ylim=ylim, framewise=True)
     vd = ["color", "lane", "what", "detail", "start_s", "end_s", "span_id", "span", "dur_s"]
     layers = [
         # no hover on the shading: it covers every lane of its stretch, and its tooltip would
         # hide the bars' (the key names it; the Incident tab's incident lane has its summary)
-        hv.Rectangles(stalls, kdims, ["what", "detail"], group="Stall", label="stall").opts(
-            color=style.STALL, alpha=0.10, line_alpha=0, **common),
-        hv.Rectangles(hl, kdims, ["what", "detail"], group="Highlight",
-                      label="selected incident").opts(
-            color=style.INCIDENT_SPAN, alpha=0.25, line_alpha=0, **common),
+        hv.Rectangles(shade, kdims, ["what", "detail", "color", "alpha"], group="Shade").opts(
+            color="color", alpha="alpha", line_alpha=0, **common),
         hv.Rectangles(rects[~is_open], kdims, vd, group="Closed").opts(
             color="color", line_color="white", line_width=0.5, tools=["hover"],
             hover_tooltips=RECT_TOOLTIPS, **common),
@@ -538,8 +539,17 @@ def text_columns(df: pd.DataFrame) -> pd.DataFrame:
     HoloViews takes the range of every column of an element before drawing it: an object
     column's is a scan of its values (a third of a lane plot's first render), a ``string``
     column's none. Bokeh draws both alike; a missing value still reaches the browser as null."""
-    obj = [c for c in df.columns if df[c].dtype == object]
+    obj = [c for c in df.columns if df[c].dtype == object and _holds_text(df[c])]
     return df.astype(dict.fromkeys(obj, "string")) if obj else df
+
+
+def _holds_text(col: pd.Series) -> bool:
+    """Whether an object column holds text (its first value that is not missing is a str):
+    an empty column, or one of numbers, stays as it is."""
+    for value in col.to_numpy():
+        if value is not None and value == value:  # not None, not NaN
+            return isinstance(value, str)
+    return False
 
 
 def focus_range(incident, frames: TimelineFrames, *, t0_ns: int, now_ns: int,

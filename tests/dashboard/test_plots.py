@@ -9,7 +9,7 @@ import pytest
 from bokeh.models import HoverTool
 from holoviews.element.comparison import assert_element_equal
 
-from rolloutscope.dashboard import plots
+from rolloutscope.dashboard import plots, style
 from rolloutscope.dashboard import timeline_plot as tl
 from rolloutscope.dashboard.story import incident_story, story_html
 
@@ -123,7 +123,7 @@ class TestLanePlot:
 
         marks = tl.instants(p1_frames, tl.lanes_for(p1_frames), T0)
         plot = tl.lane_plot(p1_frames, t0_ns=T0, now_ns=ns(400))
-        layer = plot.get(5)
+        layer = plot.get(4)
         assert (type(layer), layer.group) == (hv.Points, "Marks")
         drawn = layer.dframe()
         assert len(drawn) == sum(len(m) for m in marks.values()) > 0
@@ -142,13 +142,31 @@ class TestLanePlot:
 
     def test_evidence_is_outlined_and_stalls_are_shaded_to_now(self, p1_frames):
         plot = tl.lane_plot(p1_frames, t0_ns=T0, now_ns=ns(400))
-        stall, evidence = plot.get(0), plot.get(4)
+        stall, evidence = plot.get(0), plot.get(3)
         lanes = len(tl.lanes_for(p1_frames).labels)
         assert_element_equal(stall, hv.Rectangles(
             pd.DataFrame({"t": [300.0], "y": [-lanes + 0.5], "t_end": [400.0], "y_top": [0.5],
-                          "what": ["stall"], "detail": ["stalled"]}),
-            [TIME, "y", "t_end", "y_top"], ["what", "detail"], group="Stall", label="stall"))
+                          "what": ["stall"], "detail": ["stalled"], "color": [style.STALL],
+                          "alpha": [0.10]}),
+            [TIME, "y", "t_end", "y_top"], ["what", "detail", "color", "alpha"],
+            group="Shade"))
         assert sorted(evidence.dframe().span_id) == ["park"]  # the deadline is a marker
+
+    def test_the_selected_incident_shades_over_the_stall_in_the_same_layer(self, p1_frames):
+        plot = tl.lane_plot(p1_frames, t0_ns=T0, now_ns=ns(400), highlight=(10.0, 20.0))
+        shade = plot.get(0).dframe()
+        assert shade[["what", "color", "alpha"]].values.tolist() == [
+            ["stall", style.STALL, 0.10], ["selected incident", style.INCIDENT_SPAN, 0.25]]
+        assert shade.t.tolist() == [300.0, 10.0] and shade.t.dtype == "float64"
+
+    def test_text_columns_type_text_and_leave_the_rest(self):
+        df = pd.DataFrame({"name": ["a", None], "n": pd.Series([1.5, None], dtype=object),
+                           "x": [1.0, 2.0]})
+        out = tl.text_columns(df)
+        assert str(out.name.dtype) == "string" and out.name.isna().tolist() == [False, True]
+        assert out.n.dtype == object and out.x.dtype == "float64"
+        empty = tl.text_columns(pd.DataFrame({"t": pd.Series([], dtype=object)}))
+        assert empty.t.dtype == object  # nothing says it is text
 
     def test_layers_are_the_same_whatever_the_data(self, p1_frames):
         empty = tl.TimelineFrames(**{f: getattr(p1_frames, f).iloc[:0] for f in (
