@@ -547,8 +547,10 @@ def _holds_text(col: pd.Series) -> bool:
     """Whether an object column holds text (its first value that is not missing is a str):
     an empty column, or one of numbers, stays as it is."""
     for value in col.to_numpy():
-        if value is not None and value == value:  # not None, not NaN
-            return isinstance(value, str)
+        if isinstance(value, str):
+            return True
+        if not (value is None or value is pd.NA or (isinstance(value, float) and value != value)):
+            return False
     return False
 
 

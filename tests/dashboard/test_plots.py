@@ -160,10 +160,10 @@ class TestLanePlot:
         assert shade.t.tolist() == [300.0, 10.0] and shade.t.dtype == "float64"
 
     def test_text_columns_type_text_and_leave_the_rest(self):
-        df = pd.DataFrame({"name": ["a", None], "n": pd.Series([1.5, None], dtype=object),
+        df = pd.DataFrame({"name": [pd.NA, "a"], "n": pd.Series([None, 1.5], dtype=object),
                            "x": [1.0, 2.0]})
         out = tl.text_columns(df)
-        assert str(out.name.dtype) == "string" and out.name.isna().tolist() == [False, True]
+        assert str(out.name.dtype) == "string" and out.name.isna().tolist() == [True, False]
         assert out.n.dtype == object and out.x.dtype == "float64"
         empty = tl.text_columns(pd.DataFrame({"t": pd.Series([], dtype=object)}))
         assert empty.t.dtype == object  # nothing says it is text
