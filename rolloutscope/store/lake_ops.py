@@ -160,7 +160,9 @@ def _delete_older(store: RunStore, cur: duckdb.DuckDBPyConnection, cutoff_ns: in
 
 
 # Each pass drops the oldest share of rows the excess suggests; a pass can undershoot (old
-# rows may be smaller or larger than the average), so it measures again, a few times at most.
+# rows may be smaller than the average, and files carry bytes no row deletion removes: footers,
+# delete files, tables no age applies to), so it measures again, a few times at most, and each
+# pass that fell short drops twice the share of the one before.
 _SIZE_PASSES = 6
 
 
@@ -172,13 +174,13 @@ def _retain_size(store: RunStore, cur: duckdb.DuckDBPyConnection, retain_bytes: 
     lake = _lake.ALIAS
     ages = " UNION ALL ".join(f"SELECT {age} AS age_ns FROM {table}"
                               for table, age in _AGE.items())
-    for _ in range(_SIZE_PASSES):
+    for attempt in range(_SIZE_PASSES):
         _lake.with_retries(cur, lambda c: c.execute(
             f"CALL ducklake_flush_inlined_data('{lake}')").fetchall())
         size = data_bytes(cur)
         if size <= retain_bytes:
             return
-        share = 1.0 - retain_bytes / size
+        share = min(1.0, (1.0 - retain_bytes / size) * 2 ** attempt)
         cutoff, oldest = cur.execute(
             f"SELECT quantile_disc(age_ns, ?), min(age_ns) FROM ({ages}) "
             f"WHERE age_ns IS NOT NULL", [share]).fetchall()[0]
