@@ -647,35 +647,39 @@ def key_html(entries: Iterable[tuple[str, str, str]], *, note: str = "") -> str:
 GAUGE_POINTS = 2000  # a gauge with more changes than this is sampled at this many instants
 
 
-def _distinct(ordered: np.ndarray) -> int:
-    """How many distinct values a sorted array holds."""
-    return int(len(ordered) and 1 + np.count_nonzero(np.diff(ordered)))
+def _at_or_before(values: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """For each instant of the sorted ``at``, how many of ``values`` (unsorted) are at or before
+    it: one binary search per value into ``at`` and a running count, no sort of ``values``."""
+    first = np.searchsorted(at, values, side="left")  # values[k] <= at[i] iff i >= first[k]
+    return np.cumsum(np.bincount(first, minlength=len(at) + 1))[:len(at)]
 
 
 def rollout_gauges_frame(attempts: pd.DataFrame, *, t0_ns: int, now_ns: int,
                          max_points: int = GAUGE_POINTS) -> tuple[pd.DataFrame, bool]:
     """Tries in flight and tries committed so far (Gym: finished), over time, as steps; and
-    whether they were sampled (more than ``max_points`` changes) rather than drawn exactly."""
+    whether they were sampled (more than ``max_points`` changes) rather than drawn exactly.
+
+    No sort of the tries: each gauge is a count per instant (``_at_or_before``); sorting the
+    809k tries of a 10M-span run three times took 0.13 s of a first render."""
     if not len(attempts):
         return pd.DataFrame({"t": [], "in_flight": [], "committed": []}, dtype="float64"), False
-    starts = np.sort(attempts.start_ns.to_numpy(dtype="float64"))
-    ends = np.sort(pd.to_numeric(attempts.end_ns, errors="coerce").dropna()
-                   .to_numpy(dtype="float64"))
-    done = attempts.outcome.isin(["committed", "finished"]).to_numpy()
-    commits = np.sort(pd.to_numeric(attempts.end_ns[done], errors="coerce").dropna()
-                      .to_numpy(dtype="float64"))
-    # one sorted array with more distinct times than max_points is enough to sample; only a
-    # run with fewer needs the distinct times of all three merged
-    sampled = max(_distinct(starts), _distinct(ends), _distinct(commits)) > max_points
+    starts = attempts.start_ns.to_numpy(dtype="float64")
+    end = pd.to_numeric(attempts.end_ns, errors="coerce")
+    ended = end.notna().to_numpy()
+    ends = end.to_numpy(dtype="float64", na_value=np.nan)[ended]
+    done = attempts.outcome.isin(["committed", "finished"]).to_numpy() & ended
+    commits = end.to_numpy(dtype="float64", na_value=np.nan)[done]
+    # commits are ends: they add no change time. More distinct times among the first few
+    # thousand than max_points settles it; only a run with fewer needs them all counted
+    times = np.concatenate([[float(t0_ns), float(now_ns)], starts, ends])
+    sampled = len(pd.unique(times[:8 * max_points + 2])) > max_points
     if not sampled:
-        changes = np.unique(np.concatenate([starts, ends, commits,
-                                            [float(t0_ns), float(now_ns)]]))
+        changes = np.unique(times)
         sampled = len(changes) > max_points
     at = np.linspace(float(t0_ns), float(now_ns), max_points) if sampled else changes
-    at = at[(at >= min(float(t0_ns), starts[0])) & (at <= float(now_ns))]
-    inflight = (np.searchsorted(starts, at, side="right")
-                - np.searchsorted(ends, at, side="right"))
-    committed = np.searchsorted(commits, at, side="right")
+    at = at[(at >= min(float(t0_ns), float(np.nanmin(starts)))) & (at <= float(now_ns))]
+    inflight = _at_or_before(starts, at) - _at_or_before(ends, at)
+    committed = _at_or_before(commits, at)
     return pd.DataFrame({"t": _sec(at, t0_ns), "in_flight": inflight.astype("float64"),
                          "committed": committed.astype("float64")}), sampled
 
