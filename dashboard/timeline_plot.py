@@ -429,6 +429,26 @@ def _span_rects(periods: pd.DataFrame, y0: float, y1: float) -> pd.DataFrame:
     return periods.assign(y0=y0, y1=y1)[["x0", "y0", "x1", "y1", "what", "detail"]]
 
 
+BAR_VDIMS = ["color", "lane", "what", "detail", "start_s", "end_s", "span_id", "span", "dur_s",
+             "fill_alpha", "line", "line_width", "dash"]
+
+
+def bar_styles(rects: pd.DataFrame, evidence: Iterable[str] = ()) -> pd.DataFrame:
+    """``rects`` as the bars of one layer: closed bars (white hairline), open ones (faded,
+    dashed grey outline), then the incident's evidence (a dark outline), each drawn over the
+    ones before it."""
+    is_open = rects.end_s.eq("open").to_numpy(dtype=bool)
+    evid = rects.span_id.isin(evidence).to_numpy(dtype=bool) if evidence and len(rects) \
+        else np.zeros(len(rects), dtype=bool)
+    kind = np.where(evid, 2, np.where(is_open, 1, 0))
+    out = rects.assign(
+        fill_alpha=np.where(is_open, 0.45, 1.0),
+        line=np.select([evid, is_open], [style.EVIDENCE, "#6b7785"], "white"),
+        line_width=np.select([evid, is_open], [2.5, 1.0], 0.5),
+        dash=np.where(is_open & ~evid, "dashed", "solid"))
+    return out.iloc[np.argsort(kind, kind="stable")].reset_index(drop=True)
+
+
 def frame_hook(plot, element) -> None:
     """One label column for every time plot of a tab, so their frames line up; and bar
     tooltips that follow the mouse (``bars_follow_mouse``)."""
@@ -467,14 +487,15 @@ def lane_plot(frames: TimelineFrames, *, t0_ns: int, now_ns: int,
               axes: Axes = TIMELINE) -> hv.Overlay:
     """The lane plot: windows, participants, shards and rollouts on one time axis.
 
-    Layers, bottom to top: shading (stalls, then the selected incident's span), closed bars,
-    open bars (faded, dashed outline), evidence outlines, then every instant in one marker
-    layer. Its height follows the lane count (``style.lane_plot_height``), so lanes fill the
+    Three layers, bottom to top: shading (stalls, then the selected incident's span), every
+    bar (``bar_styles``: closed, then open ones faded with a dashed outline, then the
+    evidence, outlined), then every instant in one marker layer. A layer costs a first render
+    25-30 ms whatever it holds, so kinds of bar and of marker are rows of one layer, not
+    layers. Its height follows the lane count (``style.lane_plot_height``), so lanes fill the
     plot.
     """
     lanes = lanes_for(frames)
     rects = interval_rects(frames, lanes, t0_ns, now_ns)
-    is_open = rects.end_s.eq("open")
     top, bottom = 0.5, -len(lanes.labels) + 0.5
     stalls = _span_rects(shaded_periods(frames.incidents, ["stall"], t0_ns, now_ns), bottom, top)
     hl = pd.DataFrame({"x0": pd.Series([highlight[0]] if highlight else [], dtype="float64"),
@@ -485,7 +506,6 @@ def lane_plot(frames: TimelineFrames, *, t0_ns: int, now_ns: int,
     # stalls under the selected incident, in one layer: colour and opacity per row
     shade = pd.concat([stalls.assign(color=style.STALL, alpha=0.10),
                        hl.assign(color=style.INCIDENT_SPAN, alpha=0.25)], ignore_index=True)
-    evid = rects[rects.span_id.isin(frames.evidence)] if frames.evidence else rects.iloc[:0]
     span = (0.0, max((now_ns - t0_ns) / S, 1.0))
     xlim = xlim or span
     ylim = (bottom, top)
@@ -495,24 +515,18 @@ def lane_plot(frames: TimelineFrames, *, t0_ns: int, now_ns: int,
         least = (xlim[1] - xlim[0]) * MIN_BAR_FRACTION
         rects = rects.assign(x1=np.maximum(rects.x1.to_numpy(dtype="float64"),
                                            rects.x0.to_numpy(dtype="float64") + least))
+    bars = bar_styles(rects, frames.evidence)
     kdims = [axes.time, axes.y, "t_end", "y_top"]
-    rects, shade, evid = (_axes(df, axes) for df in (rects, shade, evid))
+    bars, shade = (_axes(df, axes) for df in (bars, shade))
     common = dict(xlim=xlim, ylim=ylim, framewise=True)
-    vd = ["color", "lane", "what", "detail", "start_s", "end_s", "span_id", "span", "dur_s"]
     layers = [
         # no hover on the shading: it covers every lane of its stretch, and its tooltip would
         # hide the bars' (the key names it; the Incident tab's incident lane has its summary)
         hv.Rectangles(shade, kdims, ["what", "detail", "color", "alpha"], group="Shade").opts(
             color="color", alpha="alpha", line_alpha=0, **common),
-        hv.Rectangles(rects[~is_open], kdims, vd, group="Closed").opts(
-            color="color", line_color="white", line_width=0.5, tools=["hover"],
-            hover_tooltips=RECT_TOOLTIPS, **common),
-        hv.Rectangles(rects[is_open], kdims, vd, group="Open").opts(
-            color="color", fill_alpha=0.45, line_color="#6b7785", line_dash="dashed",
-            line_width=1, tools=["hover"],
-            hover_tooltips=RECT_TOOLTIPS, **common),
-        hv.Rectangles(evid, kdims, vd, group="Evidence").opts(
-            fill_alpha=0, line_color=style.EVIDENCE, line_width=2.5, **common),
+        hv.Rectangles(bars, kdims, BAR_VDIMS, group="Bars").opts(
+            color="color", fill_alpha="fill_alpha", line_color="line", line_width="line_width",
+            line_dash="dash", tools=["hover"], hover_tooltips=RECT_TOOLTIPS, **common),
     ]
     if markers:
         marks = marker_points(instants(frames, lanes, t0_ns))

@@ -45,7 +45,7 @@ def test_every_kind_draws_the_incident_and_what_its_summary_talks_about(zoo, zoo
     lanes = tl.lanes_for(scene.frames)
     assert lanes.labels[0] == "incident"  # never an empty plot
     plot = detail._lanes(data.version, 0, data.incident)
-    bars = sum(len(e) for e in plot if e.group in ("Closed", "Open"))
+    bars = sum(len(e) for e in plot if e.group == "Bars")
     marks = sum(len(e) for e in plot if isinstance(e, hv.Points))
     # the incident's bar, and its evidence beside it, or (a divergence read from the
     # watchdog's metrics: no span) its lines on the serving plot

@@ -123,7 +123,7 @@ class TestLanePlot:
 
         marks = tl.instants(p1_frames, tl.lanes_for(p1_frames), T0)
         plot = tl.lane_plot(p1_frames, t0_ns=T0, now_ns=ns(400))
-        layer = plot.get(4)
+        layer = plot.get(2)
         assert (type(layer), layer.group) == (hv.Points, "Marks")
         drawn = layer.dframe()
         assert len(drawn) == sum(len(m) for m in marks.values()) > 0
@@ -142,7 +142,7 @@ class TestLanePlot:
 
     def test_evidence_is_outlined_and_stalls_are_shaded_to_now(self, p1_frames):
         plot = tl.lane_plot(p1_frames, t0_ns=T0, now_ns=ns(400))
-        stall, evidence = plot.get(0), plot.get(3)
+        stall, bars = plot.get(0), plot.get(1)
         lanes = len(tl.lanes_for(p1_frames).labels)
         assert_element_equal(stall, hv.Rectangles(
             pd.DataFrame({"t": [300.0], "y": [-lanes + 0.5], "t_end": [400.0], "y_top": [0.5],
@@ -150,7 +150,36 @@ class TestLanePlot:
                           "alpha": [0.10]}),
             [TIME, "y", "t_end", "y_top"], ["what", "detail", "color", "alpha"],
             group="Shade"))
-        assert sorted(evidence.dframe().span_id) == ["park"]  # the deadline is a marker
+        drawn = bars.dframe()
+        outlined = drawn[drawn.line == style.EVIDENCE]
+        assert outlined.span_id.tolist() == ["park"]  # the deadline is a marker
+        assert outlined.line_width.tolist() == [2.5] and drawn.span_id.iloc[-1] == "park"
+
+    def test_every_bar_draws_in_one_layer_closed_then_open_then_evidence(self, p1_frames):
+        from bokeh.models import Quad
+
+        rects = tl.interval_rects(p1_frames, tl.lanes_for(p1_frames), T0, ns(400))
+        plot = tl.lane_plot(p1_frames, t0_ns=T0, now_ns=ns(400))
+        assert [(type(e), e.group) for e in plot] == [
+            (hv.Rectangles, "Shade"), (hv.Rectangles, "Bars"), (hv.Points, "Marks")]
+        bars = plot.get(1).dframe()
+        assert sorted(bars.span_id) == sorted(rects.span_id)  # every bar, once
+        evid = bars.span_id.isin(p1_frames.evidence)
+        is_open = bars.end_s.eq("open") & ~evid
+        closed = ~is_open & ~evid
+        kind = (evid * 2 + is_open).tolist()
+        assert kind == sorted(kind)  # closed under open under evidence
+        assert set(bars.dash[is_open]) == {"dashed"} and set(bars.dash[~is_open]) == {"solid"}
+        assert set(bars.fill_alpha[bars.end_s.eq("open")]) == {0.45}
+        assert set(bars.fill_alpha[~bars.end_s.eq("open")]) == {1.0}
+        assert set(bars.line[closed]) == {"white"} and set(bars.line[is_open]) == {"#6b7785"}
+        fig = hv.render(plot)
+        [bar] = [r for r in fig.renderers
+                 if isinstance(r.glyph, Quad) and "span_id" in r.data_source.data]
+        for prop, col in (("line_dash", "dash"), ("line_color", "line"),
+                          ("line_width", "line_width"), ("fill_alpha", "fill_alpha")):
+            field = getattr(bar.glyph, prop).field  # one value per bar, not one per layer
+            assert list(bar.data_source.data[field]) == bars[col].tolist(), prop
 
     def test_the_selected_incident_shades_over_the_stall_in_the_same_layer(self, p1_frames):
         plot = tl.lane_plot(p1_frames, t0_ns=T0, now_ns=ns(400), highlight=(10.0, 20.0))
