@@ -751,13 +751,44 @@ def serving_steps(shard_states: pd.DataFrame, *, t0_ns: int, now_ns: int) -> pd.
     return pd.DataFrame({"t": t, "serving": n.astype("float64")})
 
 
+SERVING_LINES = {  # what: (colour, dash, width), drawn in this order
+    "shards in fleet": (style.NEUTRAL, "dashed", 1.0),
+    "fleet serving shards": (style.OK, "solid", 2.0),
+    "router serving backends": (style.INFO, "dotdash", 1.5),
+}
+SEGMENT_COLUMNS = ["t", "y0", "t_end", "y1", "serving", "what", "color", "dash", "width"]
+
+
+def step_segments(t: Sequence[float] | np.ndarray, values: Sequence[float] | np.ndarray,
+                  what: str) -> pd.DataFrame:
+    """A step line (each value held until the next change) as segments: one level per value
+    to the next time, then the rise or fall to the next value. ``serving`` is the value a
+    hover reports: the level held, or the one a rise or fall reaches."""
+    t, v = np.asarray(t, dtype="float64"), np.asarray(values, dtype="float64")
+    if len(t) != len(v):
+        raise ValueError(f"{what}: {len(t)} times but {len(v)} values")
+    color, dash, width = SERVING_LINES[what]
+    if len(t) < 2:
+        return pd.DataFrame({c: pd.Series([], dtype=object if c in ("what", "color", "dash")
+                                          else "float64") for c in SEGMENT_COLUMNS})
+    moves = v[:-1] != v[1:]
+    x0 = np.concatenate([t[:-1], t[1:][moves]])
+    x1 = np.concatenate([t[1:], t[1:][moves]])
+    y0 = np.concatenate([v[:-1], v[:-1][moves]])
+    y1 = np.concatenate([v[:-1], v[1:][moves]])
+    return pd.DataFrame({"t": x0, "y0": y0, "t_end": x1, "y1": y1, "serving": y1,
+                         "what": what, "color": color, "dash": dash, "width": width})
+
+
 def serving_plot(shard_states: pd.DataFrame, *, t0_ns: int, now_ns: int,
                  xlim: tuple[float, float] | None = None,
                  router: pd.DataFrame | None = None, height: int = style.SERVING_HEIGHT_PX,
                  axes: Axes = TIMELINE, fleet: pd.DataFrame | None = None) -> hv.Overlay:
     """Serving shards (fleet) as a step line, with the router's serving backends if known and
-    the fleet's total shard count as a dashed reference. ``fleet``: the fleet's serving count
-    as sampled (t, serving), drawn where the run has no shard stays (metrics only)."""
+    the fleet's total shard count as a dashed reference, all three as the segments of one
+    layer (``step_segments``; a layer costs a first render 25-30 ms). ``fleet``: the fleet's
+    serving count as sampled (t, serving), drawn where the run has no shard stays (metrics
+    only)."""
     steps = serving_steps(shard_states, t0_ns=t0_ns, now_ns=now_ns)
     if not len(steps) and fleet is not None and len(fleet):
         steps = fleet[["t", "serving"]]
@@ -766,26 +797,40 @@ def serving_plot(shard_states: pd.DataFrame, *, t0_ns: int, now_ns: int,
     xlim = xlim or span
     ymax = max(total, steps.serving.max() if len(steps) else 0.0,
                router.serving.max() if router is not None and len(router) else 0.0, 1.0)
-    common = dict(xlim=xlim, ylim=(0, ymax * 1.15), framewise=True)
-    tdim = axes.time
     rt = router if router is not None else pd.DataFrame({"t": [], "serving": []})
-    named = (lambda df: df.rename(columns={"t": axes.t}))  # noqa: E731
-    tips = lambda what: [("", what), ("at (s)", f"@{axes.t}{{0,0.0}}"),  # noqa: E731
-                         ("serving", "@serving")]
-    layers = [
-        hv.Curve(named(pd.DataFrame({"t": list(span), "serving": [total, total]})), tdim,
-                 "serving", label="shards in fleet").opts(
-            color=style.NEUTRAL, line_dash="dashed", line_width=1, **common),
-        hv.Curve(named(steps), tdim, hv.Dimension("serving", label="serving"),
-                 label="fleet serving shards").opts(
-            interpolation="steps-post", color=style.OK, line_width=2, tools=["hover"],
-            hover_tooltips=tips("fleet serving shards"), **common),
-        hv.Curve(named(rt), tdim, "serving", label="router serving backends").opts(
-            interpolation="steps-post", color=style.INFO, line_width=1.5, line_dash="dotdash",
-            tools=["hover"], hover_tooltips=tips("router serving backends"), **common),
-    ]
-    return hv.Overlay(layers).opts(hv.opts.Overlay(**_time_opts(
+    parts = [step_segments(span if total else [], [total] * 2 if total else [],
+                           "shards in fleet"),
+             step_segments(steps.t, steps.serving, "fleet serving shards"),
+             step_segments(rt.t, rt.serving, "router serving backends")]
+    segments = pd.concat([p for p in parts if len(p)] or parts[:1], ignore_index=True)
+    segments = text_columns(segments.rename(columns={"t": axes.t}))
+    tips = [("", "@what"), ("at (s)", "$x{0,0.0}"), ("serving", "@serving")]
+    line = hv.Segments(segments, [axes.time, hv.Dimension("y0", label="serving"), "t_end", "y1"],
+                       ["serving", "what", "color", "dash", "width"], group="Lines").opts(
+        color="color", line_dash="dash", line_width="width", tools=["hover"],
+        hover_tooltips=tips, xlim=xlim, ylim=(0, ymax * 1.15), framewise=True)
+    return hv.Overlay([line]).opts(hv.opts.Overlay(**_time_opts(
         height, ylabel="shards", fontsize={"yticks": "9pt", "xticks": "9pt", "ylabel": "9pt"})))
+
+
+def serving_lines(plot: hv.Overlay) -> dict[str, pd.DataFrame]:
+    """What ``serving_plot`` draws, back as each line's steps (t, serving): where each level
+    starts, and the line's last value at its end."""
+    seg = plot.get(0).dframe()
+    t = seg.columns[0]
+    out = {}
+    for what in SERVING_LINES:
+        mine = seg[seg.what == what]
+        levels, moves = mine[mine.y0 == mine.y1], mine[mine.y0 != mine.y1]
+        if not len(levels):
+            out[what] = pd.DataFrame({"t": [], "serving": []}, dtype="float64")
+            continue
+        end = float(levels.t_end.iloc[-1])
+        last = moves[moves[t] == end]
+        final = float(last.y1.iloc[-1]) if len(last) else float(levels.y0.iloc[-1])
+        out[what] = pd.DataFrame({"t": [*levels[t], end], "serving": [*levels.y0, final]},
+                                 dtype="float64")
+    return out
 
 
 SERVING_KEY = [("shards in the fleet", "┄", style.NEUTRAL),

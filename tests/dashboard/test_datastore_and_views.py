@@ -11,6 +11,7 @@ import pytest
 from rolloutscope.cli import main
 from rolloutscope.collectors.exporter import instrument
 from rolloutscope.vocabulary import Attr, SpanName
+from rolloutscope.dashboard import timeline_plot as tl
 from rolloutscope.dashboard.app import build_app, websocket_origins
 from rolloutscope.store.rows import RowBatch
 from rolloutscope.dashboard.datastore import INCIDENTS_EVERY, VIEWS, DataStore, ViewSpec
@@ -85,8 +86,8 @@ class TestDataStore:
             samples = data.frames["serving_samples"].sort_values("ts_ns")
             assert samples[["router_serving", "fleet_serving"]].values.tolist() == [
                 [4.0, 4.0], [3.0, 2.0]]
-            router = Fleet(data)._serving(data.version).get(2)  # the router's step line
-            assert router.dframe().values.tolist() == [[10.0, 4.0], [40.0, 3.0]]
+            lines = tl.serving_lines(Fleet(data)._serving(data.version))
+            assert lines["router serving backends"].values.tolist() == [[10.0, 4.0], [40.0, 3.0]]
         finally:
             inst.shutdown()
 

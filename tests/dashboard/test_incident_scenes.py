@@ -50,7 +50,8 @@ def test_every_kind_draws_the_incident_and_what_its_summary_talks_about(zoo, zoo
     # the incident's bar, and its evidence beside it, or (a divergence read from the
     # watchdog's metrics: no span) its lines on the serving plot
     serving = detail._serving(data.version, 0, data.incident)
-    lines = [len(serving.get(i)) for i in (1, 2)] if scene.serving else [0, 0]
+    drawn = tl.serving_lines(serving) if scene.serving else {}
+    lines = [len(drawn.get(w, ())) for w in ("fleet serving shards", "router serving backends")]
     assert bars >= 1 and (bars + marks >= 2 or min(lines) >= 2), lanes.labels
     inc = data.selected_incident()
     ev = data.evidence(inc)

@@ -226,10 +226,43 @@ class TestServing:
         shards = frame([shard(0, "healthy", 0, None), shard(1, "healthy", 0, 10),
                         shard(1, "dead", 10, None, serving=False)], SHARD_COLS)
         plot = tl.serving_plot(shards, t0_ns=T0, now_ns=ns(30))
-        assert_element_equal(plot.get(1), hv.Curve(
-            pd.DataFrame({"t": [0.0, 10.0, 30.0], "serving": [2.0, 1.0, 1.0]}), TIME, "serving",
-            label="fleet serving shards"))
-        assert plot.get(0).dframe().serving.tolist() == [2.0, 2.0]  # shards in the fleet
+        lines = tl.serving_lines(plot)
+        assert lines["fleet serving shards"].values.tolist() == [[0.0, 2.0], [10.0, 1.0],
+                                                                [30.0, 1.0]]
+        assert lines["shards in fleet"].serving.tolist() == [2.0, 2.0]
+        assert lines["router serving backends"].empty
+
+    def test_every_line_is_a_segment_of_one_layer_with_its_own_style(self):
+        from bokeh.models import Segment
+
+        shards = frame([shard(0, "healthy", 0, None), shard(1, "healthy", 0, 10),
+                        shard(1, "dead", 10, None, serving=False)], SHARD_COLS)
+        router = pd.DataFrame({"t": [5.0, 20.0], "serving": [2.0, 1.0]})
+        plot = tl.serving_plot(shards, t0_ns=T0, now_ns=ns(30), router=router)
+        assert [(type(e), e.group) for e in plot] == [(hv.Segments, "Lines")]
+        seg = plot.get(0).dframe()
+        # the fleet's line: 2 from 0 to 10 s, the fall to 1 at 10 s, 1 to now
+        fleet = seg[seg.what == "fleet serving shards"]
+        assert fleet[["t", "y0", "t_end", "y1", "serving"]].values.tolist() == [
+            [0.0, 2.0, 10.0, 2.0, 2.0], [10.0, 1.0, 30.0, 1.0, 1.0],
+            [10.0, 2.0, 10.0, 1.0, 1.0]]
+        assert tl.serving_lines(plot)["router serving backends"].values.tolist() == [
+            [5.0, 2.0], [20.0, 1.0]]
+        for what, (color, dash, width) in tl.SERVING_LINES.items():
+            mine = seg[seg.what == what]
+            assert len(mine) and set(mine.color) == {color} and set(mine.dash) == {dash}
+            assert set(mine.width) == {width}
+        fig = hv.render(plot)
+        [line] = [r for r in fig.renderers if isinstance(r.glyph, Segment)]
+        for prop, col in (("line_dash", "dash"), ("line_color", "color"),
+                          ("line_width", "width")):
+            field = getattr(line.glyph, prop).field
+            assert list(line.data_source.data[field]) == seg[col].tolist(), prop
+
+    def test_a_line_of_one_point_draws_nothing(self):
+        assert tl.step_segments([3.0], [1.0], "router serving backends").empty
+        assert list(tl.step_segments([], [], "shards in fleet").columns) == \
+            tl.SEGMENT_COLUMNS
 
 
 class TestPanels:

@@ -107,10 +107,11 @@ def plots_drawn(page, count: int) -> list:
         arg=count, timeout=TIMEOUT_MS).json_value()
 
 
-def hover_text(page, figure: list) -> str:
-    """Sweep the mouse over a figure's data until a tooltip shows; its text."""
+def hover_text(page, figure: list, step: int = 6) -> str:
+    """Sweep the mouse over a figure's data until a tooltip shows; its text. ``step``: pixels
+    between rows of the sweep (a line is a few pixels thick)."""
     left, top, width, height = figure[:4]
-    for dy in range(8, int(min(height - 40, 240)), 6):
+    for dy in range(8, int(min(height - 40, 240)), step):
         for fx in (0.5, 0.35, 0.65, 0.2, 0.8, 0.92):
             page.mouse.move(left + 220 + (width - 290) * fx, top + dy)
             text = page.evaluate(TOOLTIP_JS)
@@ -151,6 +152,9 @@ def test_every_tab_draws_and_a_zoom_moves_every_linked_plot_and_the_other_tabs(s
     figures = plots_drawn(page, 3)  # lanes, gauges, serving
     assert all(f[2] > 0.9 * WIDTH for f in figures[:3])
     assert "lane" in hover_text(page, figures[0])
+    serving = hover_text(page, figures[2], step=2)  # a line: which, when, how many
+    assert "serving:" in serving and ("shards in fleet" in serving
+                                      or "fleet serving shards" in serving), serving
     before = figures[0][4:6]
     left, top, width, height = figures[0][:4]
     page.mouse.move(left + width / 2, top + min(height / 2, 200))
