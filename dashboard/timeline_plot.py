@@ -810,7 +810,8 @@ def serving_plot(shard_states: pd.DataFrame, *, t0_ns: int, now_ns: int,
         color="color", line_dash="dash", line_width="width", tools=["hover"],
         hover_tooltips=tips, xlim=xlim, ylim=(0, ymax * 1.15), framewise=True)
     return hv.Overlay([line]).opts(hv.opts.Overlay(**_time_opts(
-        height, ylabel="shards", fontsize={"yticks": "9pt", "xticks": "9pt", "ylabel": "9pt"})))
+        height, ylabel="shards", title="",  # one layer: HoloViews would title it by its group
+        fontsize={"yticks": "9pt", "xticks": "9pt", "ylabel": "9pt"})))
 
 
 def serving_lines(plot: hv.Overlay) -> dict[str, pd.DataFrame]:

@@ -253,6 +253,7 @@ class TestServing:
             assert len(mine) and set(mine.color) == {color} and set(mine.dash) == {dash}
             assert set(mine.width) == {width}
         fig = hv.render(plot)
+        assert not fig.title.text  # the tab's heading names it; no "Lines" over the plot
         [line] = [r for r in fig.renderers if isinstance(r.glyph, Segment)]
         for prop, col in (("line_dash", "dash"), ("line_color", "color"),
                           ("line_width", "width")):
