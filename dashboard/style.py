@@ -16,6 +16,7 @@ INFO = "#5b7db1"
 PARKED = "#8e6bbf"
 STALL = "#d1495b"
 EVIDENCE = "#111111"
+OPEN_OUTLINE = "#6b7785"  # the dashed outline of a bar still open at now
 INCIDENT_SPAN = "#f2c14e"
 
 # checkpoint operation / window outcomes

@@ -443,7 +443,7 @@ def bar_styles(rects: pd.DataFrame, evidence: Iterable[str] = ()) -> pd.DataFram
     kind = np.where(evid, 2, np.where(is_open, 1, 0))
     out = rects.assign(
         fill_alpha=np.where(is_open, 0.45, 1.0),
-        line=np.select([evid, is_open], [style.EVIDENCE, "#6b7785"], "white"),
+        line=np.select([evid, is_open], [style.EVIDENCE, style.OPEN_OUTLINE], "white"),
         line_width=np.select([evid, is_open], [2.5, 1.0], 0.5),
         dash=np.where(is_open & ~evid, "dashed", "solid"))
     return out.iloc[np.argsort(kind, kind="stable")].reset_index(drop=True)
@@ -681,8 +681,7 @@ def rollout_gauges_frame(attempts: pd.DataFrame, *, t0_ns: int, now_ns: int,
     end = pd.to_numeric(attempts.end_ns, errors="coerce")
     ended = end.notna().to_numpy()
     ends = end.to_numpy(dtype="float64", na_value=np.nan)[ended]
-    done = attempts.outcome.isin(["committed", "finished"]).to_numpy() & ended
-    commits = end.to_numpy(dtype="float64", na_value=np.nan)[done]
+    commits = ends[attempts.outcome.isin(["committed", "finished"]).to_numpy()[ended]]
     # commits are ends: they add no change time. More distinct times among the first few
     # thousand than max_points settles it; only a run with fewer needs them all counted
     times = np.concatenate([[float(t0_ns), float(now_ns)], starts, ends])
@@ -812,26 +811,6 @@ def serving_plot(shard_states: pd.DataFrame, *, t0_ns: int, now_ns: int,
     return hv.Overlay([line]).opts(hv.opts.Overlay(**_time_opts(
         height, ylabel="shards", title="",  # one layer: HoloViews would title it by its group
         fontsize={"yticks": "9pt", "xticks": "9pt", "ylabel": "9pt"})))
-
-
-def serving_lines(plot: hv.Overlay) -> dict[str, pd.DataFrame]:
-    """What ``serving_plot`` draws, back as each line's steps (t, serving): where each level
-    starts, and the line's last value at its end."""
-    seg = plot.get(0).dframe()
-    t = seg.columns[0]
-    out = {}
-    for what in SERVING_LINES:
-        mine = seg[seg.what == what]
-        levels, moves = mine[mine.y0 == mine.y1], mine[mine.y0 != mine.y1]
-        if not len(levels):
-            out[what] = pd.DataFrame({"t": [], "serving": []}, dtype="float64")
-            continue
-        end = float(levels.t_end.iloc[-1])
-        last = moves[moves[t] == end]
-        final = float(last.y1.iloc[-1]) if len(last) else float(levels.y0.iloc[-1])
-        out[what] = pd.DataFrame({"t": [*levels[t], end], "serving": [*levels.y0, final]},
-                                 dtype="float64")
-    return out
 
 
 SERVING_KEY = [("shards in the fleet", "┄", style.NEUTRAL),

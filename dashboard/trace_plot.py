@@ -142,7 +142,7 @@ def waterfall_plot(rows: pd.DataFrame, *, title: str = "") -> hv.Overlay:
             color="color", line_color="white", line_width=0.5, tools=["hover", "tap"],
             hover_tooltips=TOOLTIPS, **common),
         hv.Rectangles(text_columns(rects[is_open]), kdims, vdims, group="Open").opts(
-            color="color", fill_alpha=0.45, line_color="#6b7785", line_dash="dashed",
+            color="color", fill_alpha=0.45, line_color=style.OPEN_OUTLINE, line_dash="dashed",
             tools=["hover", "tap"], hover_tooltips=TOOLTIPS, **common),
     ]
     height = int(np.clip(n * ROW_HEIGHT_PX + 80, 160, 2400))

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import holoviews as hv
+import pandas as pd
 import pytest
 
 from rolloutscope.collectors.exporter import instrument
+from rolloutscope.dashboard import timeline_plot as tl
 from rolloutscope.store import RunStore
 from tests.store_kinds import STORE_KINDS, store_target
 from rolloutscope.vocabulary import Attr, EventName, SpanName
@@ -163,3 +166,23 @@ def p1_path(request, tmp_path_factory) -> Iterator:
 def p1_store(p1_path) -> Iterator[RunStore]:
     with RunStore(p1_path, read_only=True) as store:
         yield store
+
+
+def serving_lines(plot: hv.Overlay) -> dict[str, pd.DataFrame]:
+    """What ``timeline_plot.serving_plot`` draws, back as each line's steps (t, serving):
+    where each level starts, and the line's last value at its end."""
+    seg = plot.get(0).dframe()
+    t = seg.columns[0]
+    out = {}
+    for what in tl.SERVING_LINES:
+        mine = seg[seg.what == what]
+        levels, moves = mine[mine.y0 == mine.y1], mine[mine.y0 != mine.y1]
+        if not len(levels):
+            out[what] = pd.DataFrame({"t": [], "serving": []}, dtype="float64")
+            continue
+        end = float(levels.t_end.iloc[-1])
+        last = moves[moves[t] == end]
+        final = float(last.y1.iloc[-1]) if len(last) else float(levels.y0.iloc[-1])
+        out[what] = pd.DataFrame({"t": [*levels[t], end], "serving": [*levels.y0, final]},
+                                 dtype="float64")
+    return out

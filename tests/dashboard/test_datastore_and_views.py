@@ -18,7 +18,7 @@ from rolloutscope.dashboard.datastore import INCIDENTS_EVERY, VIEWS, DataStore, 
 from rolloutscope.dashboard.views import Fleet, IncidentDetail, Overview, Timeline
 from tests.store.conftest import SpanKit
 
-from .conftest import RUN, SCRIPT
+from .conftest import RUN, SCRIPT, serving_lines
 
 RENDERER = hv.renderer("bokeh")
 
@@ -86,7 +86,7 @@ class TestDataStore:
             samples = data.frames["serving_samples"].sort_values("ts_ns")
             assert samples[["router_serving", "fleet_serving"]].values.tolist() == [
                 [4.0, 4.0], [3.0, 2.0]]
-            lines = tl.serving_lines(Fleet(data)._serving(data.version))
+            lines = serving_lines(Fleet(data)._serving(data.version))
             assert lines["router serving backends"].values.tolist() == [[10.0, 4.0], [40.0, 3.0]]
         finally:
             inst.shutdown()

@@ -12,6 +12,7 @@ from rolloutscope.dashboard import timeline_plot as tl
 from rolloutscope.dashboard.datastore import DataStore
 from rolloutscope.dashboard.incident_view import IncidentDetail
 
+from .conftest import serving_lines
 from .incident_zoo import build_zoo
 
 RENDERER = hv.renderer("bokeh")
@@ -50,7 +51,7 @@ def test_every_kind_draws_the_incident_and_what_its_summary_talks_about(zoo, zoo
     # the incident's bar, and its evidence beside it, or (a divergence read from the
     # watchdog's metrics: no span) its lines on the serving plot
     serving = detail._serving(data.version, 0, data.incident)
-    drawn = tl.serving_lines(serving) if scene.serving else {}
+    drawn = serving_lines(serving) if scene.serving else {}
     lines = [len(drawn.get(w, ())) for w in ("fleet serving shards", "router serving backends")]
     assert bars >= 1 and (bars + marks >= 2 or min(lines) >= 2), lanes.labels
     inc = data.selected_incident()

@@ -13,6 +13,8 @@ from rolloutscope.dashboard import plots, style
 from rolloutscope.dashboard import timeline_plot as tl
 from rolloutscope.dashboard.story import incident_story, story_html
 
+from .conftest import serving_lines
+
 hv.renderer("bokeh")
 TIME = hv.Dimension("t", label="time since run start (s)")
 S = 10**9
@@ -226,7 +228,7 @@ class TestServing:
         shards = frame([shard(0, "healthy", 0, None), shard(1, "healthy", 0, 10),
                         shard(1, "dead", 10, None, serving=False)], SHARD_COLS)
         plot = tl.serving_plot(shards, t0_ns=T0, now_ns=ns(30))
-        lines = tl.serving_lines(plot)
+        lines = serving_lines(plot)
         assert lines["fleet serving shards"].values.tolist() == [[0.0, 2.0], [10.0, 1.0],
                                                                 [30.0, 1.0]]
         assert lines["shards in fleet"].serving.tolist() == [2.0, 2.0]
@@ -246,7 +248,7 @@ class TestServing:
         assert fleet[["t", "y0", "t_end", "y1", "serving"]].values.tolist() == [
             [0.0, 2.0, 10.0, 2.0, 2.0], [10.0, 1.0, 30.0, 1.0, 1.0],
             [10.0, 2.0, 10.0, 1.0, 1.0]]
-        assert tl.serving_lines(plot)["router serving backends"].values.tolist() == [
+        assert serving_lines(plot)["router serving backends"].values.tolist() == [
             [5.0, 2.0], [20.0, 1.0]]
         for what, (color, dash, width) in tl.SERVING_LINES.items():
             mine = seg[seg.what == what]
