@@ -121,6 +121,34 @@ def _status_bar(data: DataStore) -> pn.Row:
     return pn.Row(*items, sizing_mode="stretch_width", height=44)
 
 
+class ViewTabs(pn.Tabs):
+    """Dynamic tabs over views: only the view on screen is ``shown`` (follows live ticks); the
+    others catch up when they are next shown.
+
+    A view is shown *before* the tabs build the models of its tab, so its tables are built
+    holding the rows it catches up to. Shown after, the catch-up would reach each table as a
+    data change while the browser is still building it, and Panel's Tabulator drops such a
+    change (``setData`` returns early until the table is built): on a slow or busy browser the
+    table would stay empty, though the server holds its rows."""
+
+    def __init__(self, *tabs, views, **params) -> None:
+        self._views = list(views)
+        super().__init__(*tabs, **params)
+        self.show_active()
+        # a no-op while Panel calls _update_active (below) first; a Panel that stopped calling
+        # it would still show the active view, only after building its tab
+        self.param.watch(lambda *_: self.show_active(), "active")
+
+    def show_active(self) -> None:
+        for i, view in enumerate(self._views):
+            view.shown = i == self.active
+
+    def _update_active(self, *events) -> None:  # Panel's watcher that builds the active tab
+        if any(e.name == "active" for e in events):
+            self.show_active()
+        super()._update_active(*events)
+
+
 def build_app(store: RunStore, *, live: bool, run_id: str | None = None,
               refresh_ms: int = REFRESH_MS, waiting_for: str | None = None,
               link: dict | None = None, compare: RunStore | None = None) -> pn.Column:
@@ -130,14 +158,8 @@ def build_app(store: RunStore, *, live: bool, run_id: str | None = None,
     data = DataStore(store, run_id=run_id, live=live, waiting_for=waiting_for)
     dash = Dashboard.over(data, compare=compare)
     views = dash.views()
-    tabs = pn.Tabs(*zip(TAB_NAMES, views), dynamic=True, sizing_mode="stretch_width")
-
-    def show_active(*_):  # only the tab on screen follows live ticks; the others catch up
-        for i, view in enumerate(views):
-            view.shown = i == tabs.active
-
-    tabs.param.watch(show_active, "active")
-    show_active()
+    tabs = ViewTabs(*zip(TAB_NAMES, views), views=views, dynamic=True,
+                    sizing_mode="stretch_width")
 
     def follow_selection(event):  # picking an incident in the list opens it on the timeline
         if event.new and tabs.active == 0:

@@ -110,6 +110,12 @@ def plots_drawn(page, count: int, drawn: int | None = None) -> list:
     return page.evaluate(PLOT_PIXELS_JS)
 
 
+def slow_browser(page, rate: float = 20) -> None:
+    """Run the page's scripts ``rate`` times slower (Chromium's CPU throttling), as a busy or
+    small machine's browser does: what reaches a widget while it is still being built shows."""
+    page.context.new_cdp_session(page).send("Emulation.setCPUThrottlingRate", {"rate": rate})
+
+
 def text_shown(page, text: str) -> None:
     page.get_by_text(text).first.wait_for()
 

@@ -25,6 +25,7 @@ from .gym_pages import (
     open_tab,
     plots_drawn,
     served,
+    slow_browser,
     text_shown,
 )
 
@@ -152,6 +153,10 @@ def test_otels_example_payloads_get_a_run_and_their_trace_is_drawn(tmp_path):
             url, log), browser_page() as page:
         open_page(page, url)
         text_shown(page, "run otel")
+        # The tab's spans table is built while the trace is drawn. On a slow browser it used to
+        # stay empty: its rows reached it as a change while it was still being built, and
+        # Panel's Tabulator drops those (every run at this rate, and once in a loaded CI run).
+        slow_browser(page)
         open_tab(page, "Traces")
         page.locator("select").first.select_option(index=1)
         plots_drawn(page, 1)
