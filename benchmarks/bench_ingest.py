@@ -9,7 +9,10 @@ The collector runs three ways, each ``--repeats`` times (median reported):
   by the old bounds (50,000 rows or 50 ms): the collector before this change;
 * ``python, grouped``: the Python decoder, commits grouped by size (250 ms bound, committed as
   soon as no request is arriving);
-* ``compiled, grouped``: the default.
+* ``compiled, grouped, heap live``: the compiled decoder, grouped commits, and the
+  interpreter's whole heap walked by every full garbage collection;
+* ``compiled, grouped``: the default, as ``rolloutscope serve`` runs: the same, with the heap
+  of the set-up service frozen (``freeze_set_up_heap``).
 
 For each: spans/s committed (checked by a count: zero loss), receiver CPU µs per span (its
 user+system from /proc), rows per commit (the writer's own counts) and p50/p99 latency.
@@ -34,14 +37,20 @@ from bench_collector import SPANS_PER_BATCH, drive  # noqa: E402
 
 from rolloutscope.collectors.client import CollectorClient  # noqa: E402
 
-VARIANTS = (("python, 50 ms", {"ROLLOUTSCOPE_PYTHON_DECODER": "1"}, 50.0, False),
-            ("python, grouped", {"ROLLOUTSCOPE_PYTHON_DECODER": "1"}, 250.0, True),
-            ("compiled, grouped", {}, 250.0, True))
+# name, environment, commit delay bound (ms), commit when idle, freeze the set-up heap
+VARIANTS = (("python, 50 ms", {"ROLLOUTSCOPE_PYTHON_DECODER": "1"}, 50.0, False, False),
+            ("python, grouped", {"ROLLOUTSCOPE_PYTHON_DECODER": "1"}, 250.0, True, False),
+            ("compiled, grouped, heap live", {}, 250.0, True, False),
+            ("compiled, grouped", {}, 250.0, True, True))
 
 
-def serve(db: str, delay_ms: float, when_idle: bool) -> None:
+def serve(db: str, delay_ms: float, when_idle: bool, freeze: bool) -> None:
     """A collector with these commit settings; prints its HTTP port."""
-    from rolloutscope.collectors.service import CollectorConfig, CollectorService
+    from rolloutscope.collectors.service import (
+        CollectorConfig,
+        CollectorService,
+        freeze_set_up_heap,
+    )
 
     async def main() -> None:
         service = CollectorService(CollectorConfig(
@@ -52,6 +61,8 @@ def serve(db: str, delay_ms: float, when_idle: bool) -> None:
         loop.add_reader(sys.stdin.fileno(), stop.set)  # the parent closes stdin to stop it
 
         def ready(endpoints) -> None:
+            if freeze:
+                freeze_set_up_heap()
             print(endpoints.http.rsplit(":", 1)[1], flush=True)
 
         await service.run(stop, ready)
@@ -59,11 +70,12 @@ def serve(db: str, delay_ms: float, when_idle: bool) -> None:
     asyncio.run(main())
 
 
-def run_variant(tmp: str, n: int, env: dict, delay_ms: float, when_idle: bool,
+def run_variant(tmp: str, n: int, env: dict, delay_ms: float, when_idle: bool, freeze: bool,
                 senders: int, batches: int) -> dict:
     db = Path(tmp) / f"ingest-{n}.duckdb"
     proc = subprocess.Popen([sys.executable, __file__, "--role", "serve", "--db", str(db),
-                             "--delay-ms", str(delay_ms), "--when-idle", str(int(when_idle))],
+                             "--delay-ms", str(delay_ms), "--when-idle", str(int(when_idle)),
+                             "--freeze", str(int(freeze))],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                             env=dict(os.environ, **env))
     port = int(proc.stdout.readline())
@@ -84,21 +96,23 @@ def main() -> None:
     parser.add_argument("--db")
     parser.add_argument("--delay-ms", type=float)
     parser.add_argument("--when-idle", type=int)
+    parser.add_argument("--freeze", type=int)
     parser.add_argument("--senders", type=int, default=3)
     parser.add_argument("--batches", type=int, default=40)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     if args.role == "serve":
-        return serve(args.db, args.delay_ms, bool(args.when_idle))
+        return serve(args.db, args.delay_ms, bool(args.when_idle), bool(args.freeze))
 
     print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
     runs: dict[str, list[dict]] = {name: [] for name, *_ in VARIANTS}
     with tempfile.TemporaryDirectory() as tmp:
         n = 0
         for _ in range(args.repeats):  # interleaved, so a change in load hits every variant
-            for name, env, delay_ms, when_idle in VARIANTS:
+            for name, env, delay_ms, when_idle, freeze in VARIANTS:
                 n += 1
-                r = run_variant(tmp, n, env, delay_ms, when_idle, args.senders, args.batches)
+                r = run_variant(tmp, n, env, delay_ms, when_idle, freeze, args.senders,
+                                args.batches)
                 assert r["committed"] == r["spans"], f"{name}: LOSS {r['committed']} of {r['spans']}"
                 runs[name].append(r)
     print(f"{os.cpu_count()} CPUs; {args.senders} senders x {args.batches} batches x "
@@ -109,7 +123,7 @@ def main() -> None:
            for name, rs in runs.items()}
     for name, m in med.items():
         spread = ", ".join(f"{r['cpu_us_per_span']:.1f}" for r in runs[name])
-        print(f"{name:<18} {m['spans_per_s']:>9,.0f} spans/s  {m['cpu_us_per_span']:6.2f} µs "
+        print(f"{name:<28} {m['spans_per_s']:>9,.0f} spans/s  {m['cpu_us_per_span']:6.2f} µs "
               f"CPU/span ({spread})  {m['rows_per_commit']:>8,.0f} rows/commit  "
               f"p50 {m['p50_ms']:6.1f} ms  p99 {m['p99_ms']:6.1f} ms")
     old, new = med["python, 50 ms"], med["compiled, grouped"]
@@ -120,8 +134,12 @@ def main() -> None:
     print(f"ratio grouping alone (python decoder): spans/s "
           f"{grouped['spans_per_s'] / old['spans_per_s']:.2f}x, CPU per span "
           f"{grouped['cpu_us_per_span'] / old['cpu_us_per_span']:.2f}x")
-    print(f"ratio compiled / python decoder (both grouped): CPU per span "
-          f"{new['cpu_us_per_span'] / grouped['cpu_us_per_span']:.2f}x")
+    live = med["compiled, grouped, heap live"]
+    print(f"ratio compiled / python decoder (both grouped, heap live): CPU per span "
+          f"{live['cpu_us_per_span'] / grouped['cpu_us_per_span']:.2f}x")
+    print(f"ratio frozen set-up heap / heap live (compiled, grouped): spans/s "
+          f"{new['spans_per_s'] / live['spans_per_s']:.2f}x, CPU per span "
+          f"{new['cpu_us_per_span'] / live['cpu_us_per_span']:.2f}x")
 
 
 if __name__ == "__main__":

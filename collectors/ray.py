@@ -59,6 +59,9 @@ class _CollectorActor:
             self._stop = asyncio.Event()
 
             def ready(endpoints) -> None:
+                from rolloutscope.collectors.service import freeze_set_up_heap
+
+                freeze_set_up_heap()  # the actor's process is this collector's own
                 self._endpoints = endpoints
                 self._ready.set()
 

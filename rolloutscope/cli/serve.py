@@ -22,6 +22,7 @@ from rolloutscope.collectors.service import (
     CollectorConfig,
     CollectorService,
     Endpoints,
+    freeze_set_up_heap,
     raise_open_file_limit,
 )
 
@@ -106,6 +107,26 @@ def _upkeep_of(args: argparse.Namespace) -> dict | None:
             "retain_bytes": retain_bytes_of(args)}
 
 
+async def _start_live_dashboard(service: CollectorService, config: CollectorConfig,
+                                endpoints: Endpoints, port: int) -> None:
+    # the live dashboard reads the store in this process: DuckDB admits no second process
+    # while the collector writes. It always binds loopback, and asks for the collector's token
+    # when it has one.
+    from rolloutscope.dashboard.app import start_dashboard
+
+    try:
+        where = (f"OTLP/HTTP {endpoints.http} (/v1/traces, /v1/metrics, /v1/logs) and "
+                 f"OTLP/gRPC {endpoints.grpc}")
+        dashboard = await asyncio.to_thread(start_dashboard, service.store, port=port,
+                                            live=True, waiting_for=where, token=config.token)
+    except OSError as exc:  # collecting matters more than the view of it
+        print(f"rolloutscope serve: live dashboard not started: {exc}", file=sys.stderr,
+              flush=True)
+        return
+    service.join(dashboard.stop)
+    print(f"{DASHBOARD_READY_PREFIX}{dashboard.url}", flush=True)
+
+
 async def _serve(config: CollectorConfig, *, dashboard_port: int | None,
                  upkeep: dict | None = None) -> None:
     stop = asyncio.Event()
@@ -121,23 +142,8 @@ async def _serve(config: CollectorConfig, *, dashboard_port: int | None,
         print(f"{READY_PREFIX}http={endpoints.http} grpc={endpoints.grpc} db={config.db_path}",
               flush=True)
         if dashboard_port is not None:
-            # the live dashboard reads the store in this process: DuckDB admits no second
-            # process while the collector writes. It always binds loopback, and asks for the
-            # collector's token when it has one.
-            from rolloutscope.dashboard.app import start_dashboard
-
-            try:
-                where = (f"OTLP/HTTP {endpoints.http} (/v1/traces, /v1/metrics, /v1/logs) and "
-                         f"OTLP/gRPC {endpoints.grpc}")
-                dashboard = await asyncio.to_thread(start_dashboard, service.store,
-                                                    port=dashboard_port, live=True,
-                                                    waiting_for=where, token=config.token)
-            except OSError as exc:  # collecting matters more than the view of it
-                print(f"rolloutscope serve: live dashboard not started: {exc}", file=sys.stderr,
-                      flush=True)
-                return
-            service.join(dashboard.stop)
-            print(f"{DASHBOARD_READY_PREFIX}{dashboard.url}", flush=True)
+            await _start_live_dashboard(service, config, endpoints, dashboard_port)
+        freeze_set_up_heap()  # set up, with its dashboard or without
 
     await service.run(stop, on_ready=ready)
     print("rolloutscope collector stopped; everything received is committed", flush=True)
