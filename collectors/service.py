@@ -150,11 +150,10 @@ def _auth_middleware(token: str):
     return require_token
 
 
-
-def freeze_set_up_heap() -> int:
+def freeze_set_up_heap() -> None:
     """In a process that is a collector, once it is set up (servers bound, the live dashboard
     started): move every object alive now to the interpreter's permanent generation, where the
-    cyclic garbage collector never walks it again; returns how many were moved.
+    cyclic garbage collector never walks it again (``/metrics`` reports how many).
 
     They live as long as the process anyway: the modules of DuckDB, Arrow, gRPC, aiohttp (and
     Panel, Bokeh, HoloViews with the dashboard) and the service itself. A high ingest rate
@@ -165,7 +164,7 @@ def freeze_set_up_heap() -> int:
     process that embeds the service keeps its heap as it is."""
     gc.collect()
     gc.freeze()
-    return gc.get_freeze_count()
+
 
 class CollectorService:
     def __init__(self, config: CollectorConfig) -> None:
