@@ -57,7 +57,7 @@ def _texts(folder: Path | None) -> dict[str, str]:
 
 def _install(cur: duckdb.DuckDBPyConnection, texts: dict[str, str]) -> None:
     for name, _ in views.definitions():
-        cur.execute(views._CREATE.sub(f"CREATE OR REPLACE TEMP VIEW {name} AS", texts[name], 1))
+        cur.execute(views.as_temporary(texts[name]))
 
 
 def _uptime() -> str:

@@ -5,6 +5,12 @@ read earlier ones) and headed by a comment saying what the view means. A writabl
 the views in the file, with a digest of their text; a read-only open of a file whose persisted
 views differ from this version's creates them as temporary views that shadow the stored ones, so
 readers always see the current definitions.
+
+A file may define, before its view, the table macro ``<view>_of(run, floor_ns)``: the view's
+rows of one run (NULL: every run) that start at or after ``floor_ns`` (NULL: all), computed from
+there on, so that a read of a long run's latest rows does not compute the view over the whole
+run first (a filter on a view's output does not reach the spans its aggregates read). The view
+is then ``SELECT * FROM <view>_of(NULL, NULL)``.
 """
 
 from __future__ import annotations
@@ -18,12 +24,17 @@ import duckdb
 
 _NAME = re.compile(r"^\d\d_([a-z_]+)\.sql$")
 _CREATE = re.compile(r"CREATE\s+OR\s+REPLACE\s+VIEW\s+([a-z_]+)\s+AS", re.IGNORECASE)
+_MACRO = re.compile(r"CREATE\s+OR\s+REPLACE\s+MACRO\s+([a-z_]+)\s*\(", re.IGNORECASE)
 
 
 @cache
 def definitions() -> tuple[tuple[str, str], ...]:
     """(view name, SQL text) in creation order."""
-    folder = resources.files("rolloutscope.store") / "sql"
+    return read_folder(resources.files("rolloutscope.store") / "sql")
+
+
+def read_folder(folder) -> tuple[tuple[str, str], ...]:
+    """(view name, SQL text) of a folder of view files, in creation order."""
     out = []
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         m = _NAME.match(entry.name)
@@ -33,12 +44,26 @@ def definitions() -> tuple[tuple[str, str], ...]:
         declared = _CREATE.search(text)
         if not declared or declared.group(1) != m.group(1):
             raise RuntimeError(f"{entry.name} must define exactly the view {m.group(1)}")
+        if any(name != f"{m.group(1)}_of" for name in _MACRO.findall(text)):
+            raise RuntimeError(f"{entry.name} may define only the macro {m.group(1)}_of")
         out.append((m.group(1), text))
     return tuple(out)
 
 
 def names() -> frozenset[str]:
     return frozenset(name for name, _ in definitions())
+
+
+@cache
+def readers() -> frozenset[str]:
+    """The views read through their ``<view>_of(run, floor_ns)`` macro."""
+    return frozenset(name for name, text in definitions() if _MACRO.search(text))
+
+
+def as_temporary(text: str) -> str:
+    """A view file's text, its macro and its view made temporary (a connection's own)."""
+    text = _MACRO.sub(lambda m: f"CREATE OR REPLACE TEMP MACRO {m.group(1)}(", text)
+    return _CREATE.sub(lambda m: f"CREATE OR REPLACE TEMP VIEW {m.group(1)} AS", text, 1)
 
 
 def digest() -> str:
@@ -56,9 +81,7 @@ def installed_current(con: duckdb.DuckDBPyConnection) -> bool:
 
 def install(con: duckdb.DuckDBPyConnection, *, temporary: bool) -> None:
     for _, text in definitions():
-        if temporary:
-            text = _CREATE.sub(lambda m: f"CREATE OR REPLACE TEMP VIEW {m.group(1)} AS", text, 1)
-        con.execute(text)
+        con.execute(as_temporary(text) if temporary else text)
     if not temporary:
         # delete-then-insert, not INSERT OR REPLACE: a lake's store_meta has no key to replace on
         con.execute("DELETE FROM store_meta WHERE key = 'views_digest'")

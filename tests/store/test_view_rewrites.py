@@ -45,7 +45,7 @@ def reference_texts() -> dict[str, str]:
 
 def _install(cur, texts: dict[str, str]) -> None:
     for name, _ in views.definitions():
-        cur.execute(views._CREATE.sub(f"CREATE OR REPLACE TEMP VIEW {name} AS", texts[name], 1))
+        cur.execute(views.as_temporary(texts[name]))
 
 
 def _norm(value):

@@ -9,10 +9,14 @@
 -- Gym's agent -> model-server hop is internal (the model server's own span is the call), so one
 -- call is one row. capture_key is the Gym rollout (rid or rid-aN), rollout_id and gym_attempt
 -- its parts. outcome: ok | error (a failed span or a status >= 400) | open.
-CREATE OR REPLACE VIEW model_calls AS
+-- model_calls_of(run, floor_ns): the rows of run that start at or after floor_ns (NULL: every
+-- run, the whole run), computed from there on: a dashboard reading the latest calls of a long
+-- run scans the spans after its floor, not the run (at 10M spans 0.8 s instead of 4.8 s).
+CREATE OR REPLACE MACRO model_calls_of(run, floor_ns) AS TABLE
 WITH served AS (
     SELECT * FROM all_spans
     WHERE name IN ('gym.model.responses', 'gym.model.chat_completions', 'gym.model.messages')
+      AND (run IS NULL OR run_id = run) AND (floor_ns IS NULL OR start_ns >= floor_ns)
 ),
 tries AS (  -- backend tries under a served call: same process, so the parent link holds
     SELECT h.run_id, h.trace_id, h.parent_span_id,
@@ -28,6 +32,8 @@ tries AS (  -- backend tries under a served call: same process, so the parent li
     FROM http_requests h
     JOIN served s ON s.run_id = h.run_id AND s.trace_id = h.trace_id
                  AND s.span_id = h.parent_span_id
+    -- a try starts inside its call: the floor bounds the tries too, and the scan skips the rest
+    WHERE (run IS NULL OR h.run_id = run) AND (floor_ns IS NULL OR h.start_ns >= floor_ns)
     GROUP BY h.run_id, h.trace_id, h.parent_span_id
 ),
 calls AS (
@@ -62,9 +68,14 @@ calls AS (
         CAST(NULL AS VARCHAR), h.is_open
     FROM http_requests h
     WHERE h.model_endpoint AND NOT h.internal
-      AND NOT EXISTS (SELECT 1 FROM served s
+      AND (run IS NULL OR h.run_id = run) AND (floor_ns IS NULL OR h.start_ns >= floor_ns)
+      -- its parent is looked up among all the spans: a call that started before the floor
+      -- still accounts for its tries after it
+      AND NOT EXISTS (SELECT 1 FROM all_spans s
                       WHERE s.run_id = h.run_id AND s.trace_id = h.trace_id
-                        AND s.span_id = h.parent_span_id)
+                        AND s.span_id = h.parent_span_id
+                        AND s.name IN ('gym.model.responses', 'gym.model.chat_completions',
+                                       'gym.model.messages'))
 )
 SELECT
     run_id,
@@ -99,4 +110,7 @@ SELECT
     model,
     request_id,
     is_open
-FROM calls
+FROM calls;
+
+CREATE OR REPLACE VIEW model_calls AS
+SELECT * FROM model_calls_of(NULL, NULL)

