@@ -17,23 +17,15 @@ from tests.gym_capture import (
     ROLLOUT_IDS,
     RUN_ID,
     STUB_BACKEND,
+    collect_capture,
     expected_metric_points,
     expected_spans,
-    post_capture,
 )
-
-from .conftest import start_collector
 
 
 @pytest.fixture(scope="module")
 def gym_run(tmp_path_factory) -> Iterator[Path]:
-    db = tmp_path_factory.mktemp("gym") / "gym.duckdb"
-    collector = start_collector(db)
-    try:
-        assert post_capture(collector.http) == 55
-    finally:
-        assert collector.stop() == 0
-    yield db
+    yield collect_capture(tmp_path_factory.mktemp("gym") / "gym.duckdb")
 
 
 @pytest.fixture

@@ -16,8 +16,7 @@ import pytest
 from rolloutscope.dashboard import datastore
 from rolloutscope.dashboard.datastore import DataStore
 from rolloutscope.store import RunStore, views
-from tests.collectors.conftest import start_collector
-from tests.gym_capture import post_capture
+from tests.gym_capture import collect_capture
 
 from .test_view_rewrites import _norm
 
@@ -101,13 +100,7 @@ def test_a_reader_reads_its_view_per_run_and_floor_on_a_synthetic_run(synthetic_
 
 
 def test_a_reader_reads_its_view_on_the_real_gym_capture(tmp_path):
-    path = tmp_path / "gym.duckdb"
-    collector = start_collector(path)
-    try:
-        assert post_capture(collector.http) == 55
-    finally:
-        assert collector.stop() == 0
-    assert assert_readers_read_as_their_views(path) > 0
+    assert assert_readers_read_as_their_views(collect_capture(tmp_path / "gym.duckdb")) > 0
 
 
 def test_a_capped_dashboard_read_through_the_reader_holds_the_views_rows(synthetic_two_runs,

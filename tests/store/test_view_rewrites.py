@@ -23,8 +23,7 @@ import pytest
 from rolloutscope.replay.runner import replay_into_store
 from rolloutscope.replay.scenarios import get
 from rolloutscope.store import RunStore, views
-from tests.collectors.conftest import start_collector
-from tests.gym_capture import post_capture
+from tests.gym_capture import collect_capture
 from tests.replay.test_scenario_incidents import EXPECTED
 
 REFERENCE = Path(__file__).parent / "reference_views"
@@ -105,13 +104,7 @@ def test_a_scenarios_replay_reads_the_same_through_both(tmp_path, name, variants
 
 
 def test_the_gym_capture_reads_the_same_through_both(tmp_path):
-    path = tmp_path / "gym.duckdb"
-    collector = start_collector(path)
-    try:
-        assert post_capture(collector.http) == 55
-    finally:
-        assert collector.stop() == 0
-    diff, _ = differences(path)
+    diff, _ = differences(collect_capture(tmp_path / "gym.duckdb"))
     assert not diff, diff
 
 
