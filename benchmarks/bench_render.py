@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             run_id = store.run_ids()[-1]
             if args.load_reps:
                 base, now = [], []
+                gym_ms: dict[bool, dict[str, float]] = {}  # the last load's Gym reads, each way
                 DataStore(store, run_id=run_id)  # warm: the first read of a file is cold
                 for rep in range(args.load_reps):
                     order = ((False, base), (True, now))
@@ -102,12 +103,8 @@ def main(argv: list[str] | None = None) -> int:
                         t = time.perf_counter()
                         data = DataStore(store, run_id=run_id)
                         out.append(time.perf_counter() - t)
-                        if not macros:
-                            base_gym = {k: data.last_refresh_by_view[k]
-                                        for k in ("gym_rollouts", "model_calls")}
-                        else:
-                            now_gym = {k: data.last_refresh_by_view[k]
-                                       for k in ("gym_rollouts", "model_calls")}
+                        gym_ms[macros] = {k: data.last_refresh_by_view[k]
+                                          for k in ("gym_rollouts", "model_calls")}
                 DataStore.macro_reads = True
                 floored = [spec.name for spec in VIEW_SPECS.values()
                            if spec.cap and data._cap_floor(spec) is not None]
@@ -118,8 +115,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"filtered) {b:,.1f} s, now (through their macros) {n:,.1f} s, "
                       f"now/baseline {n / b:.2f}  ({', '.join(f'{x:.1f}' for x in base)} / "
                       f"{', '.join(f'{x:.1f}' for x in now)}); last reads, ms: "
-                      + ", ".join(f"{k} {base_gym[k]:,.0f} -> {now_gym[k]:,.0f}"
-                                  for k in base_gym), flush=True)
+                      + ", ".join(f"{k} {gym_ms[False][k]:,.0f} -> {gym_ms[True][k]:,.0f}"
+                                  for k in gym_ms[False]), flush=True)
             t = time.perf_counter()
             data = DataStore(store, run_id=run_id)
             rows = {k: len(v) for k, v in data.frames.items() if len(v)}
