@@ -98,15 +98,3 @@ def expected_metric_points(folder: Path = FIXTURE) -> dict[str, int]:
                     kind = metric.WhichOneof("data")
                     counts[metric.name] += len(getattr(metric, kind).data_points)
     return dict(counts)
-
-
-def collect_capture(path: Path) -> Path:
-    """The capture posted to a collector writing ``path``, every body accepted; ``path``."""
-    from tests.collectors.conftest import start_collector
-
-    collector = start_collector(path)
-    try:
-        assert post_capture(collector.http) == 55
-    finally:
-        assert collector.stop() == 0
-    return path
