@@ -4,24 +4,22 @@
 
 Writes a synthetic run (benchmarks/synthetic.py: ~11 spans per prompt, so 10M spans are ~900k
 prompts with their tries, deadlines, parked intervals and completions) unless ``--db`` names
-one, loads it once into a DataStore, then times the first render of each view
+one, loads it into two DataStores, then times the first render of each view
 (``pn.panel(view).get_root()``: every plot built and its Bokeh models made) in a fresh session
-of views, ``--reps`` times each, alternating two ways of drawing:
+of views, ``--reps`` times each, alternating the two:
 
-- baseline: each element derives its own selections (the rollout lanes, the rollouts the
-  incidents name, Gym rows mapped onto their prompt group, the lane frames), as the dashboard
-  did before; ``DataStore.remember_derived = False``;
-- now: a session derives each once per frame change and every element reuses it.
+- baseline: the view rows read through DuckDB's ``df()``, which makes a Python string of every
+  text value (``DataStore.arrow_text = False``), so the selections a first render derives
+  (the rollout lanes, the rollouts the incidents name, the lane frames) scan Python objects;
+- now: read through ``RunStore.query_frame``, text kept as Arrow strings.
 
 Prints the median of each, their ratio, the target (0.4 s per view) and the machine's
 ``uptime`` load before and after: read ratios on a busy machine, not absolutes.
 
 With ``--load-reps N`` it first times the DataStore load itself N times each way (after one
-warm-up load, in turns, the order alternating): baseline, the capped Gym views (gym_rollouts,
-model_calls) read as views filtered on the start time their cap's anchor spans bound them by
-(``DataStore.macro_reads = False``: the filter reaches the views' rows, not the spans their
-sums read, so each is computed over the whole run); now, through their ``<view>_of(run,
-floor_ns)`` macros, which compute them from the floor on.
+warm-up load, in turns, the order alternating): baseline, the view rows read through DuckDB's
+``df()``, which makes a Python string of every text value (``DataStore.arrow_text = False``);
+now, through ``RunStore.query_frame``, which keeps text as Arrow strings.
 """
 
 from __future__ import annotations
@@ -49,7 +47,6 @@ from rolloutscope.dashboard.app import (  # noqa: E402
     Rollouts,
     Timeline,
 )
-from rolloutscope.dashboard.datastore import VIEWS as VIEW_SPECS  # noqa: E402
 from rolloutscope.dashboard.datastore import DataStore  # noqa: E402
 from rolloutscope.store import RunStore  # noqa: E402
 
@@ -64,8 +61,7 @@ def load() -> str:
     return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} on {os.cpu_count()} CPUs"
 
 
-def render_ms(data: DataStore, name: str, *, remember: bool) -> float:
-    DataStore.remember_derived = remember
+def render_ms(data: DataStore, name: str) -> float:
     data._derived.clear()  # a new session's first render derives everything anew
     view = VIEW_CLASSES[name](data)  # the one view: a whole Dashboard builds every tab
     t = time.perf_counter()
@@ -94,47 +90,48 @@ def main(argv: list[str] | None = None) -> int:
             run_id = store.run_ids()[-1]
             if args.load_reps:
                 base, now = [], []
-                gym_ms: dict[bool, dict[str, float]] = {}  # the last load's Gym reads, each way
+                read_ms: dict[bool, dict[str, float]] = {}  # the last load's reads, each way
                 DataStore(store, run_id=run_id)  # warm: the first read of a file is cold
                 for rep in range(args.load_reps):
                     order = ((False, base), (True, now))
-                    for macros, out in order if rep % 2 == 0 else order[::-1]:
-                        DataStore.macro_reads = macros
+                    for arrow, out in order if rep % 2 == 0 else order[::-1]:
+                        DataStore.arrow_text = arrow
                         t = time.perf_counter()
                         data = DataStore(store, run_id=run_id)
                         out.append(time.perf_counter() - t)
-                        gym_ms[macros] = {k: data.last_refresh_by_view[k]
-                                          for k in ("gym_rollouts", "model_calls")}
-                DataStore.macro_reads = True
-                floored = [spec.name for spec in VIEW_SPECS.values()
-                           if spec.cap and data._cap_floor(spec) is not None]
-                print(f"capped views read from a floor: {', '.join(floored) or 'none'} "
-                      "(none: the run holds fewer rows than the caps, both ways read the same)")
+                        read_ms[arrow] = dict(data.last_refresh_by_view)
+                DataStore.arrow_text = True
                 b, n = statistics.median(base), statistics.median(now)
-                print(f"DataStore load, median of {args.load_reps}: baseline (capped views "
-                      f"filtered) {b:,.1f} s, now (through their macros) {n:,.1f} s, "
+                slowest = sorted(read_ms[False], key=read_ms[False].get, reverse=True)[:5]
+                print(f"DataStore load, median of {args.load_reps}: baseline (text as Python "
+                      f"strings) {b:,.1f} s, now (text as Arrow strings) {n:,.1f} s, "
                       f"now/baseline {n / b:.2f}  ({', '.join(f'{x:.1f}' for x in base)} / "
-                      f"{', '.join(f'{x:.1f}' for x in now)}); last reads, ms: "
-                      + ", ".join(f"{k} {gym_ms[False][k]:,.0f} -> {gym_ms[True][k]:,.0f}"
-                                  for k in gym_ms[False]), flush=True)
-            t = time.perf_counter()
-            data = DataStore(store, run_id=run_id)
+                      f"{', '.join(f'{x:.1f}' for x in now)}); slowest reads, ms: "
+                      + ", ".join(f"{k} {read_ms[False][k]:,.0f} -> {read_ms[True][k]:,.0f}"
+                                  for k in slowest), flush=True)
+            loaded = {}
+            for arrow in (False, True):
+                DataStore.arrow_text = arrow
+                t = time.perf_counter()
+                loaded[arrow] = DataStore(store, run_id=run_id)
+                took = time.perf_counter() - t
+            DataStore.arrow_text = True
+            data = loaded[True]
             rows = {k: len(v) for k, v in data.frames.items() if len(v)}
-            print(f"run {run_id}: DataStore load {time.perf_counter() - t:,.1f} s; rows "
+            print(f"run {run_id}: DataStore load {took:,.1f} s; rows "
                   + ", ".join(f"{k} {v:,}" for k, v in rows.items()))
             for name in VIEWS:  # warm the process: imports, Bokeh's first models
-                render_ms(data, name, remember=True)
+                render_ms(data, name)
             print(f"{'view':<12} {'baseline ms':>12} {'now ms':>8} {'now/baseline':>13}  "
                   f"target {TARGET_MS:.0f} ms (median of {args.reps})")
             for name in VIEWS:
                 base, now = [], []
                 for _ in range(args.reps):
-                    base.append(render_ms(data, name, remember=False))
-                    now.append(render_ms(data, name, remember=True))
+                    base.append(render_ms(loaded[False], name))
+                    now.append(render_ms(loaded[True], name))
                 b, n = statistics.median(base), statistics.median(now)
                 flag = "ok" if n <= TARGET_MS else "OVER"
                 print(f"{name:<12} {b:>12,.0f} {n:>8,.0f} {n / b:>13.2f}  {flag}", flush=True)
-            DataStore.remember_derived = True
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"after: {load()}")

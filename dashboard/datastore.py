@@ -43,6 +43,7 @@ import param
 from rolloutscope.store import RunStore
 from rolloutscope.store import views as store_views
 from rolloutscope.store.errors import StoreError
+from rolloutscope.store.store import as_text
 from rolloutscope.vocabulary import SpanName
 
 from rolloutscope.dashboard.timeline_plot import (
@@ -156,6 +157,11 @@ def _empty(spec: ViewSpec) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype="object") for c in spec.columns})
 
 
+def _keys(df: pd.DataFrame, key: tuple[str, ...]) -> pd.MultiIndex:
+    """A frame's row keys, comparable across reads (each key column as text)."""
+    return pd.MultiIndex.from_frame(pd.DataFrame({k: as_text(df[k]) for k in key}))
+
+
 class DataStore(param.Parameterized):
     """The run a dashboard shows, its view rows, and what the user selected."""
 
@@ -165,6 +171,9 @@ class DataStore(param.Parameterized):
     # a view with a ``<view>_of`` macro is read through it (off: the view, filtered on the run
     # and the floor, which then computes its sums over every run; bench_render.py's baseline)
     macro_reads = True
+    # text columns are read as Arrow strings (``RunStore.query_frame``; off: a Python string
+    # per value, DuckDB's ``df()``, bench_render.py's load baseline)
+    arrow_text = True
 
     run_id = param.Selector(default=None, objects=[], doc="the run shown")
     incident = param.String(default=None, allow_None=True, doc="selected incident_id")
@@ -234,7 +243,7 @@ class DataStore(param.Parameterized):
         """The view's frame with no rows: its columns and types, from the store itself."""
         if not spec.optional or self._view_present(spec.name):
             try:
-                return self.store.query_df(f"SELECT * FROM {spec.name} LIMIT 0")  # from VIEWS
+                return self._query(f"SELECT * FROM {spec.name} LIMIT 0")  # from VIEWS
             except StoreError as exc:
                 if not spec.optional:
                     raise
@@ -272,6 +281,9 @@ class DataStore(param.Parameterized):
                 "SELECT count(*) FROM duckdb_views() WHERE view_name = ?", [name])[0][0])
         return self._present[name]
 
+    def _query(self, sql: str, params: list | None = None) -> pd.DataFrame:
+        return (self.store.query_frame if self.arrow_text else self.store.query_df)(sql, params)
+
     def _read(self, spec: ViewSpec, since: int | None) -> pd.DataFrame | None:
         if spec.optional and not self._view_present(spec.name):
             return None
@@ -295,7 +307,7 @@ class DataStore(param.Parameterized):
         if spec.cap is not None:
             sql += f" ORDER BY start_ns DESC, span_id LIMIT {int(spec.cap)}"
         try:
-            return self.store.query_df(sql, params)
+            return self._query(sql, params)
         except StoreError as exc:
             if not spec.optional:
                 raise
@@ -358,9 +370,8 @@ class DataStore(param.Parameterized):
                     continue
                 merged = new
             elif len(new):
-                keys = pd.MultiIndex.from_frame(new[list(spec.key)].astype(str))
-                hit = (pd.MultiIndex.from_frame(old[list(spec.key)].astype(str)).isin(keys)
-                       if len(old) else pd.Series([], dtype=bool))
+                keys = _keys(new, spec.key)
+                hit = _keys(old, spec.key).isin(keys) if len(old) else pd.Series([], dtype=bool)
                 # re-read rows (still open, or inside the late margin) that did not change
                 # must not count as a change, or every idle tick would redraw every view
                 if hit.sum() == len(new) and _same(
@@ -731,7 +742,7 @@ class DataStore(param.Parameterized):
         elif mode == "redispatched":
             sel = att[att.attempt.fillna(0) > 0]
         elif mode == "parked":
-            parked = set(self.frames["parked_intervals"].rollout_id.dropna().astype(str))
+            parked = set(as_text(self.frames["parked_intervals"].rollout_id.dropna()))
             sel = att[att.rollout_id.isin(parked)]
         elif mode == "open":
             sel = att[att.outcome == "open"]
@@ -742,8 +753,9 @@ class DataStore(param.Parameterized):
         if not len(sel):
             return [], 0
         now = self.last_seen_ns()
-        span = (sel.end_ns.fillna(now) - sel.start_ns).groupby(sel.rollout_id.astype(str)).sum()
-        first = sel.groupby(sel.rollout_id.astype(str)).start_ns.min()
+        ids = as_text(sel.rollout_id)
+        span = (sel.end_ns.fillna(now) - sel.start_ns).groupby(ids).sum()
+        first = sel.start_ns.groupby(ids).min()
         chosen = span.sort_values(ascending=False).index[:cap]
         ordered = first.loc[chosen].sort_values().index.tolist()
         return ordered, int(span.size)

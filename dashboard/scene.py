@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from rolloutscope.dashboard import timeline_plot as tl
+from rolloutscope.store.store import as_text
 from rolloutscope.vocabulary import EventName
 
 S = 1e9
@@ -74,7 +75,7 @@ def incident_scene(incident: Mapping, frames: Mapping[str, pd.DataFrame], *, t0_
 
     def rollouts(name: str) -> pd.DataFrame:
         df = frames[name]
-        return df[df.rollout_id.astype(str).isin(keep)] if len(df) else df
+        return df[as_text(df.rollout_id).isin(keep)] if len(df) else df
 
     ops = frames["checkpoint_ops"]
     cks: set[str] = set()

@@ -225,12 +225,14 @@ def lanes_for(frames: TimelineFrames) -> Lanes:
         labels += [shard_label(i) for i in sorted(frames.shard_states.shard_idx.dropna().unique())]
     order = {str(r): i for i, r in enumerate(frames.rollout_ids)}
     cols = ["rollout_id", "attempt", "dialect", "capture_key"]
-    tries = pd.concat([df.reindex(columns=cols) for df in (
+    # as objects: a column one frame lacks is all-NA floats, another's Arrow text
+    tries = pd.concat([df.reindex(columns=cols).astype(object) for df in (
         frames.rollout_attempts, frames.parked_intervals, frames.deadlines, frames.completions)
         if len(df)] or [pd.DataFrame({c: [] for c in cols})]).drop_duplicates()
     tries = tries[tries.rollout_id.astype(str).isin(order)]
     tries = tries.assign(_o=tries.rollout_id.astype(str).map(order),
-                         _a=tries.attempt.fillna(-1)).sort_values(["_o", "_a"])
+                         _a=pd.to_numeric(tries.attempt, errors="coerce").fillna(-1))
+    tries = tries.sort_values(["_o", "_a"])
     labels += list(_attempt_labels(tries)) if len(tries) else []
     return Lanes(tuple(dict.fromkeys(labels)))
 

@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from rolloutscope.store import lake as _lake
 from rolloutscope.store import views as _views
@@ -33,6 +35,14 @@ from rolloutscope.store.schema import DDL, SCHEMA_VERSION
 from rolloutscope.vocabulary import RunSource
 
 DEFAULT_FILE_NAME = "run.duckdb"
+# text columns of ``query_frame``: pandas' Arrow-backed strings with NaN for missing values (the
+# dtype pandas 3 makes its default), so a missing value reads as object columns' did
+TEXT = pd.StringDtype("pyarrow", na_value=np.nan)
+# integer and boolean columns holding a NULL: pandas' nullable dtypes, as DuckDB's ``df()``
+_NULLABLE = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
+             pa.int64(): pd.Int64Dtype(), pa.uint8(): pd.UInt8Dtype(), pa.uint16(): pd.UInt16Dtype(),
+             pa.uint32(): pd.UInt32Dtype(), pa.uint64(): pd.UInt64Dtype(),
+             pa.bool_(): pd.BooleanDtype()}
 _NOT_AN_ID = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -234,6 +244,14 @@ class RunStore:
         with self.cursor() as cur:
             return cur.execute(sql, params or []).df()
 
+    def query_frame(self, sql: str, params: Sequence[Any] | None = None) -> pd.DataFrame:
+        """``query_df`` with text columns held as Arrow strings (``arrow_frame``): the result
+        crosses from DuckDB as Arrow and no Python string is made per value. Every other
+        column has ``query_df``'s dtype and values. At 10M spans the 809k rollout tries read in
+        1.1 s instead of 3.2 s, and ``isin`` on their ids takes half the time."""
+        with self.cursor() as cur:
+            return arrow_frame(cur.execute(sql, params or []).to_arrow_table())
+
     def query(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
         with self.cursor() as cur:
             return cur.execute(sql, params or []).fetchall()
@@ -368,6 +386,32 @@ class RunStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def as_text(values: pd.Series) -> pd.Series:
+    """``values`` as text: a text column as it is (``TEXT``, ``query_frame``'s Arrow
+    strings: ``astype(str)`` would make a Python string of each of its 809k ids at 10M spans,
+    0.12 s), anything else through ``astype(str)``."""
+    return values if values.dtype == TEXT else values.astype(str)
+
+
+def arrow_frame(table: pa.Table) -> pd.DataFrame:
+    """An Arrow result as the DataFrame DuckDB's ``df()`` makes, but for text columns, which
+    are ``TEXT`` (Arrow-backed) instead of Python objects: integers and booleans holding a NULL
+    nullable, decimals (DuckDB's sums of integers) float64, lists numpy arrays, structs and
+    maps dicts, timestamps as they are."""
+    columns = {}
+    for name, col in zip(table.column_names, table.columns):
+        kind = col.type
+        if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            columns[name] = col.to_pandas(types_mapper={kind: TEXT}.get)
+        elif kind in _NULLABLE and col.null_count:
+            columns[name] = col.to_pandas(types_mapper={kind: _NULLABLE[kind]}.get)
+        elif pa.types.is_decimal(kind):
+            columns[name] = col.cast(pa.float64()).to_pandas()
+        else:
+            columns[name] = col.to_pandas(maps_as_pydicts="strict")
+    return pd.DataFrame(columns, index=pd.RangeIndex(table.num_rows))
 
 
 def open_store(path: str | Path | _lake.LakeSpec, *, read_only: bool = False) -> RunStore:
