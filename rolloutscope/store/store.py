@@ -35,6 +35,10 @@ from rolloutscope.store.schema import DDL, SCHEMA_VERSION
 from rolloutscope.vocabulary import RunSource
 
 DEFAULT_FILE_NAME = "run.duckdb"
+# rows per Arrow batch of ``query_frame``: DuckDB allocates a batch's buffers for all its rows
+# however few it holds (at its default of 1M rows a 10-row result held ~100 MB of address space,
+# enough that a test process which kept a few hundred of them could no longer fork)
+ARROW_BATCH_ROWS = 65_536
 # text columns of ``query_frame``: pandas' Arrow-backed strings with NaN for missing values (the
 # dtype pandas 3 makes its default), so a missing value reads as object columns' did
 TEXT = pd.StringDtype("pyarrow", na_value=np.nan)
@@ -250,7 +254,12 @@ class RunStore:
         column has ``query_df``'s dtype and values. At 10M spans the 809k rollout tries read in
         1.1 s instead of 3.2 s, and ``isin`` on their ids takes half the time."""
         with self.cursor() as cur:
-            return arrow_frame(cur.execute(sql, params or []).to_arrow_table())
+            table = cur.execute(sql, params or []).to_arrow_table(ARROW_BATCH_ROWS)
+        if table.num_rows < ARROW_BATCH_ROWS:
+            # DuckDB allocates each batch's buffers for all its rows: a smaller result would
+            # hold them (and the frame the result's), so it is copied to its own size
+            table = table.take(pa.array(np.arange(table.num_rows)))
+        return arrow_frame(table)
 
     def query(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
         with self.cursor() as cur:

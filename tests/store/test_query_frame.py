@@ -89,3 +89,20 @@ def test_each_kind_of_column_reads_as_query_df_reads_it(tmp_path, null):
         if null == "NULL":
             assert got.i_null.dtype == pd.Int64Dtype() and got.b_null.dtype == pd.BooleanDtype()
             assert np.isnan(got.t_null[0]) and got.t_null[1] == "1"
+
+
+def test_a_small_result_holds_buffers_of_its_own_size(tmp_path):
+    """DuckDB allocates each Arrow batch's buffers for all its rows: a 10-row frame holding
+    them kept megabytes of address space per column (a test process that kept a few hundred
+    frames could no longer fork). A large result's buffers are its batches'."""
+    from rolloutscope.store.store import ARROW_BATCH_ROWS
+
+    with RunStore(tmp_path / "sizes.duckdb") as store:
+        for rows in (10, ARROW_BATCH_ROWS + 10):
+            df = store.query_frame(f"SELECT n, 'id-' || n AS t FROM range({rows}) r(n)")
+            text = df.t.array._pa_array
+            held = sum(b.size for chunk in text.chunks for b in chunk.buffers() if b is not None)
+            assert held >= 4 * rows
+            if rows < ARROW_BATCH_ROWS:
+                assert held < 64 * rows + 4096, held
+            assert df.t.iloc[-1] == f"id-{rows - 1}"
