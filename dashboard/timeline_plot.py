@@ -663,25 +663,10 @@ def key_html(entries: Iterable[tuple[str, str, str]], *, note: str = "") -> str:
 GAUGE_POINTS = 2000  # a gauge with more changes than this is sampled at this many instants
 
 
-def _at_or_before(values: np.ndarray, at: np.ndarray, *, even: bool = False) -> np.ndarray:
+def _at_or_before(values: np.ndarray, at: np.ndarray) -> np.ndarray:
     """For each instant of the sorted ``at``, how many of ``values`` (unsorted) are at or before
-    it: where each value falls among ``at`` and a running count, no sort of ``values``.
-
-    ``even``: ``at`` is evenly spaced (a sampled gauge's ``linspace``), so where a value falls
-    is arithmetic, checked against its neighbours for rounding, instead of a binary search
-    (809k tries: 5 ms instead of 20 ms each gauge)."""
-    if even and len(at) > 1 and len(values):
-        step = (at[-1] - at[0]) / (len(at) - 1)
-        guess = np.clip(np.ceil((values - at[0]) / step), 0, len(at)).astype(np.int64)
-        # the first instant at or after each value: the guess, or one either side of it
-        up = guess < len(at)
-        up[up] = at[guess[up]] < values[up]
-        guess += up
-        down = guess > 0
-        down[down] = at[guess[down] - 1] >= values[down]
-        first = guess - down
-    else:
-        first = np.searchsorted(at, values, side="left")  # values[k] <= at[i] iff i >= first[k]
+    it: one binary search per value into ``at`` and a running count, no sort of ``values``."""
+    first = np.searchsorted(at, values, side="left")  # values[k] <= at[i] iff i >= first[k]
     return np.cumsum(np.bincount(first, minlength=len(at) + 1))[:len(at)]
 
 
@@ -708,9 +693,8 @@ def rollout_gauges_frame(attempts: pd.DataFrame, *, t0_ns: int, now_ns: int,
         sampled = len(changes) > max_points
     at = np.linspace(float(t0_ns), float(now_ns), max_points) if sampled else changes
     at = at[(at >= min(float(t0_ns), float(np.nanmin(starts)))) & (at <= float(now_ns))]
-    inflight = (_at_or_before(starts, at, even=sampled)
-                - _at_or_before(ends, at, even=sampled))
-    committed = _at_or_before(commits, at, even=sampled)
+    inflight = _at_or_before(starts, at) - _at_or_before(ends, at)
+    committed = _at_or_before(commits, at)
     return pd.DataFrame({"t": _sec(at, t0_ns), "in_flight": inflight.astype("float64"),
                          "committed": committed.astype("float64")}), sampled
 

@@ -419,22 +419,3 @@ def test_the_gauges_sample_exactly_when_the_run_has_more_changes_than_points(see
         ended = (~open_) & (ends <= t)
         assert flight == ((starts <= t) & ~ended).sum()
         assert done == (ended & np.isin(outcome, ["committed", "finished"])).sum()
-
-
-@pytest.mark.parametrize("seed", range(20))
-def test_counting_on_an_even_grid_is_the_binary_searchs_count(seed):
-    """The sampled gauges' arithmetic placement on their ``linspace`` counts what a binary
-    search counts, for values anywhere, on a grid instant and one float either side of it."""
-    import numpy as np
-
-    from rolloutscope.dashboard.timeline_plot import _at_or_before
-
-    rng = np.random.default_rng(seed)
-    lo, hi = np.sort(rng.uniform(-2e18, 2e18, 2))
-    at = np.linspace(lo, hi, int(rng.integers(2, 3000)))
-    on = at[rng.integers(0, len(at), 300)]
-    values = np.concatenate([rng.uniform(lo - (hi - lo) / 10, hi + (hi - lo) / 10, 3000), on,
-                             np.nextafter(on, np.inf), np.nextafter(on, -np.inf)])
-    counted = _at_or_before(values, at, even=True)
-    assert counted.tolist() == _at_or_before(values, at).tolist()
-    assert counted[-1] == (values <= at[-1]).sum()
