@@ -5,7 +5,6 @@ result holding each kind of DuckDB column with and without NULLs."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +15,8 @@ from rolloutscope.dashboard.datastore import VIEWS
 from rolloutscope.store import RunStore
 from rolloutscope.store.store import TEXT
 from tests.gym_capture import collect_capture
+from tests.synthetic_run import synthetic_run
 
-BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
 
 
 def _same(got: pd.DataFrame, want: pd.DataFrame, where: str) -> None:
@@ -55,17 +54,12 @@ def test_the_views_read_alike_on_the_real_gym_capture(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def synthetic_run(tmp_path_factory) -> Path:
-    spec = importlib.util.spec_from_file_location("synthetic", BENCHMARKS / "synthetic.py")
-    synthetic = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(synthetic)
-    path = tmp_path_factory.mktemp("frame") / "synthetic.duckdb"
-    synthetic.generate(path, spans=20_000)
-    return path
+def synthetic_path(tmp_path_factory) -> Path:
+    return synthetic_run(tmp_path_factory.mktemp("frame") / "synthetic.duckdb", spans=20_000)
 
 
-def test_the_views_read_alike_on_a_synthetic_run(synthetic_run):
-    assert _views_read_alike(synthetic_run) > 40
+def test_the_views_read_alike_on_a_synthetic_run(synthetic_path):
+    assert _views_read_alike(synthetic_path) > 40
 
 
 KINDS = """

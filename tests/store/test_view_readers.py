@@ -6,7 +6,6 @@ the real Gym 0.7.0 capture posted to a collector. The dashboard's capped reads g
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from collections import Counter
 from pathlib import Path
 
@@ -17,10 +16,10 @@ from rolloutscope.dashboard import datastore
 from rolloutscope.dashboard.datastore import DataStore
 from rolloutscope.store import RunStore, views
 from tests.gym_capture import collect_capture
+from tests.synthetic_run import synthetic_run
 
 from .test_view_rewrites import _norm
 
-BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
 OTHER_RUN = "beside"
 
 
@@ -66,11 +65,7 @@ def assert_readers_read_as_their_views(path: Path) -> int:
 
 @pytest.fixture(scope="module")
 def synthetic_two_runs(tmp_path_factory) -> Path:
-    spec = importlib.util.spec_from_file_location("synthetic", BENCHMARKS / "synthetic.py")
-    synthetic = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(synthetic)
-    path = tmp_path_factory.mktemp("readers") / "synthetic.duckdb"
-    synthetic.generate(path, spans=60_000)
+    path = synthetic_run(tmp_path_factory.mktemp("readers") / "synthetic.duckdb", spans=60_000)
     with RunStore(path) as store:
         (run,) = store.run_ids()
         # model calls no Gym span served (any OTel client's): copies of backend tries, each

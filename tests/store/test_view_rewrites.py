@@ -11,7 +11,6 @@ collector, and on a small synthetic run whose released-Gym share carries the HTT
 
 from __future__ import annotations
 
-import importlib.util
 from contextlib import closing
 import math
 import re
@@ -24,10 +23,10 @@ from rolloutscope.replay.runner import replay_into_store
 from rolloutscope.replay.scenarios import get
 from rolloutscope.store import RunStore, views
 from tests.gym_capture import collect_capture
+from tests.synthetic_run import synthetic_run
 from tests.replay.test_scenario_incidents import EXPECTED
 
 REFERENCE = Path(__file__).parent / "reference_views"
-BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
 _FILE = re.compile(r"^\d\d_([a-z_]+)\.sql$")
 
 SCENARIOS = sorted({(name, variants) for name, variants, _ in EXPECTED})
@@ -109,11 +108,7 @@ def test_the_gym_capture_reads_the_same_through_both(tmp_path):
 
 
 def test_a_synthetic_run_with_http_incidents_reads_the_same_through_both(tmp_path):
-    spec = importlib.util.spec_from_file_location("synthetic", BENCHMARKS / "synthetic.py")
-    synthetic = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(synthetic)
-    path = tmp_path / "synthetic.duckdb"
-    synthetic.generate(path, spans=60_000)
+    path = synthetic_run(tmp_path / "synthetic.duckdb", spans=60_000)
     diff, incidents = differences(path)
     assert not diff, diff
     with RunStore(path, read_only=True) as store:

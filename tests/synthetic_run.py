@@ -1,0 +1,18 @@
+"""A synthetic run written by ``benchmarks/synthetic.py`` (the benchmarks' generator, loaded
+from its file: ``benchmarks/`` is not a package), for tests that need a run of some size."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+GENERATOR = Path(__file__).parents[1] / "benchmarks" / "synthetic.py"
+
+
+def synthetic_run(path: Path, *, spans: int) -> Path:
+    """``path`` holding a synthetic run of about ``spans`` spans; ``path``."""
+    spec = importlib.util.spec_from_file_location("synthetic", GENERATOR)
+    synthetic = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(synthetic)
+    synthetic.generate(path, spans=spans)
+    return path
