@@ -252,7 +252,8 @@ class RunStore:
         """``query_df`` with text columns held as Arrow strings (``arrow_frame``): the result
         crosses from DuckDB as Arrow and no Python string is made per value. Every other
         column has ``query_df``'s dtype and values. At 10M spans the 809k rollout tries read in
-        1.1 s instead of 3.2 s, and ``isin`` on their ids takes half the time."""
+        0.9 s instead of 2.2 s (``benchmarks/bench_render.py --load-reps``), and ``isin`` on
+        their ids takes half the time."""
         with self.cursor() as cur:
             table = cur.execute(sql, params or []).to_arrow_table(ARROW_BATCH_ROWS)
         if table.num_rows < ARROW_BATCH_ROWS:
