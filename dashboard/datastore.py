@@ -165,9 +165,6 @@ def _keys(df: pd.DataFrame, key: tuple[str, ...]) -> pd.MultiIndex:
 class DataStore(param.Parameterized):
     """The run a dashboard shows, its view rows, and what the user selected."""
 
-    # derived selections are remembered until their frames change (off: each element derives
-    # its own, as the dashboard did before; benchmarks/bench_render.py's baseline)
-    remember_derived = True
     # a view with a ``<view>_of`` macro is read through it (off: the view, filtered on the run
     # and the floor, which then computes its sums over every run; bench_render.py's baseline)
     macro_reads = True
@@ -646,8 +643,6 @@ class DataStore(param.Parameterized):
         """``compute()``, remembered for ``what`` until one of ``frames`` (or the run)
         changes."""
         key = (what, self.run_id, *(self.frame_versions[f] for f in frames))
-        if not self.remember_derived:
-            return compute()
         value = self._derived.get(key)
         if value is None:
             if len(self._derived) > 64:
@@ -810,7 +805,7 @@ class DataStore(param.Parameterized):
         newer version than the frame it came from."""
         mark = (self.run_id, self.frame_versions["rollout_attempts"])
         memo = self._dialects
-        if memo is not None and memo[0] == mark and self.remember_derived:
+        if memo is not None and memo[0] == mark:
             return set(memo[1])
         att = self.frames["rollout_attempts"]
         found = frozenset(str(d) for d in att.dialect.dropna().unique()) \
