@@ -45,14 +45,27 @@ def cmd_maintain(args: argparse.Namespace) -> int:
 
     retain_s = None if args.retain_hours is None else args.retain_hours * 3600.0
     retain_bytes = retain_bytes_of(args)
+    keep_s = keep_snapshots_s_of(args)
     with RunStore(args.store) as store:
         while True:
             report = maintain(store, retain_s=retain_s, retain_bytes=retain_bytes,
-                              keep_snapshots_s=args.keep_snapshots_hours * 3600.0)
+                              keep_snapshots_s=keep_s)
             print(report.line(), flush=True)
             if args.every_s is None:
                 return 0
             time.sleep(args.every_s)
+
+
+def keep_snapshots_s_of(args: argparse.Namespace) -> float:
+    from rolloutscope.store.errors import StoreError
+    from rolloutscope.store.lake_ops import check_keep_snapshots
+
+    keep_s = args.keep_snapshots_hours * 3600.0
+    try:
+        check_keep_snapshots(keep_s)
+    except StoreError as exc:
+        raise UsageError(f"--keep-snapshots-hours {args.keep_snapshots_hours:g}: {exc}") from None
+    return keep_s
 
 
 def retain_bytes_of(args: argparse.Namespace) -> int | None:
@@ -75,8 +88,9 @@ def add_upkeep_options(p: argparse.ArgumentParser, *, every_help: str) -> None:
                    help="a lake only: drop the oldest rows until the data files of its latest "
                         "snapshot hold under N GiB (fractions allowed)")
     p.add_argument("--keep-snapshots-hours", type=float, default=1.0, metavar="H",
-                   help="expire lake snapshots older than H hours (default 1); a row's writer "
-                        "id is known while its snapshot is kept")
+                   help="expire lake snapshots older than H hours (default 1, at least one "
+                        "minute): longer than the longest query, which reads the snapshot it "
+                        "began on; a row's writer id is known while its snapshot is kept")
     p.add_argument("--every-s", "--maintain-every-s", dest="every_s", type=float,
                    metavar="S", help=every_help)
 

@@ -92,7 +92,7 @@ def _start_upkeep(service: CollectorService, upkeep: dict | None) -> None:
 
 
 def _upkeep_of(args: argparse.Namespace) -> dict | None:
-    from rolloutscope.cli.lake import retain_bytes_of
+    from rolloutscope.cli.lake import keep_snapshots_s_of, retain_bytes_of
 
     if args.every_s is None:
         for given, flag in ((args.retain_hours, "--retain-hours"),
@@ -102,7 +102,7 @@ def _upkeep_of(args: argparse.Namespace) -> dict | None:
         return None
     if args.every_s <= 0:
         raise UsageError("--maintain-every-s must be positive")
-    return {"every_s": args.every_s, "keep_snapshots_s": args.keep_snapshots_hours * 3600.0,
+    return {"every_s": args.every_s, "keep_snapshots_s": keep_snapshots_s_of(args),
             "retain_s": None if args.retain_hours is None else args.retain_hours * 3600.0,
             "retain_bytes": retain_bytes_of(args)}
 

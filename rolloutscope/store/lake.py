@@ -279,8 +279,10 @@ def _retryable(exc: BaseException) -> bool:
     if isinstance(exc, duckdb.TransactionException):
         return True
     msg = str(exc).lower()
+    # DuckLake's own calls (ducklake_flush_inlined_data) that lose a race with a committing
+    # writer report only that their transaction was aborted: a fresh transaction retries it
     return ("database is locked" in msg or "conflict" in msg or "busy" in msg
-            or "unique constraint failed" in msg)
+            or "unique constraint failed" in msg or "current transaction is aborted" in msg)
 
 
 def as_conflict(exc: BaseException) -> CommitConflictError | None:

@@ -8,7 +8,11 @@ and on a lake the oldest rows until its data files hold under ``retain_bytes``),
 DuckLake's own compaction: merge the small Parquet files that group commits leave,
 expire snapshots older than ``keep_snapshots_s`` and delete the files nothing refers to any
 more. Each step is its own short transaction, retried when it loses a race with a writer, so
-writers and readers go on meanwhile (readers keep reading the snapshot they started on).
+writers and readers go on meanwhile: a reader keeps reading the snapshot its query began on,
+as long as that snapshot is kept. DuckLake does not know which snapshots readers are on, and a
+query whose snapshot expires under it reads the rows as gone (an empty table, not an error),
+so ``keep_snapshots_s`` is at least ``MIN_KEEP_SNAPSHOTS_S`` and should outlast the longest
+query.
 Expiring a snapshot forgets its author: rows stay, their writer id goes with the snapshot
 (``keep_snapshots_s`` bounds how long attribution lasts). ``Maintenance`` runs it on a timer
 in a background thread.
@@ -33,6 +37,7 @@ from rolloutscope.store.store import RunStore
 log = logging.getLogger(__name__)
 
 SRC = "rs_src"
+MIN_KEEP_SNAPSHOTS_S = 60.0
 
 
 class RunCollisionError(StoreError):
@@ -197,9 +202,10 @@ def maintain(store: RunStore, *, retain_s: float | None = None,
              retain_bytes: int | None = None, keep_snapshots_s: float = 3600.0,
              now_ns: int | None = None) -> MaintenanceReport:
     """One pass of retention and compaction (see the module doc). ``now_ns`` is the clock
-    retention counts back from (default: the wall clock). ``retain_bytes`` (a lake only)
+    retention and snapshot expiry count back from (default: the wall clock). ``retain_bytes`` (a lake only)
     drops the oldest rows until the latest snapshot's data files hold at most that many."""
     store._require_writable()
+    check_keep_snapshots(keep_snapshots_s)
     if retain_bytes is not None:
         if not store.is_lake:
             raise StoreError("size retention is for a lake: a DuckDB file does not shrink "
@@ -223,17 +229,61 @@ def maintain(store: RunStore, *, retain_s: float | None = None,
             return MaintenanceReport(deleted_rows=deleted, files_before=0, files_after=0,
                                      seconds=time.perf_counter() - t0)
         lake = _lake.ALIAS
-        keep = f"INTERVAL '{int(keep_snapshots_s)} seconds'"
         for call in (f"CALL ducklake_flush_inlined_data('{lake}')",
-                     f"CALL ducklake_merge_adjacent_files('{lake}')",
-                     f"CALL ducklake_expire_snapshots('{lake}', older_than => now() - {keep})",
-                     f"CALL ducklake_cleanup_old_files('{lake}', older_than => now() - {keep})"):
+                     f"CALL ducklake_merge_adjacent_files('{lake}')"):
             _lake.with_retries(cur, lambda c, sql=call: c.execute(sql).fetchall())
+        _expire_and_clean(store, cur, now_ns - int(keep_snapshots_s * 1e9))
         return MaintenanceReport(deleted_rows=deleted, files_before=files_before,
                                  files_after=_data_files(cur),
                                  seconds=time.perf_counter() - t0, data_bytes=data_bytes(cur))
     finally:
         cur.close()
+
+
+def _expire_and_clean(store: RunStore, cur: duckdb.DuckDBPyConnection, cutoff_ns: int) -> None:
+    """Expire the snapshots older than ``cutoff_ns`` and delete the files only they held.
+
+    DuckLake's own ``older_than`` is exact on a postgres catalog, but a sqlite catalog keeps
+    the times as text and compares them by day: every snapshot of the cutoff's day would go,
+    the one a query began on a moment ago included, and that query reads an empty table. So
+    the snapshots are chosen here, by their typed times, and expired by id. Files cannot be
+    chosen by id: on a sqlite catalog their cutoff is the end of the day before, so a file
+    stays on disk up to a day past ``keep_snapshots_s`` and is never deleted early."""
+    lake = _lake.ALIAS
+
+    def at(ns: int) -> str:  # an instant, whatever the session's TimeZone
+        return f"(to_timestamp(0) + to_microseconds({ns // 1000}))"
+
+    cutoff = at(cutoff_ns)
+    day_ns = 86_400 * 10**9
+    files_cutoff = (at(cutoff_ns // day_ns * day_ns - 1000) if store.lake.catalog == "sqlite"
+                    else cutoff)
+
+    def expire(c: duckdb.DuckDBPyConnection) -> None:
+        old = [r[0] for r in c.execute(
+            f"SELECT snapshot_id FROM ducklake_snapshots('{lake}') WHERE snapshot_time < "
+            f"{cutoff} AND snapshot_id < (SELECT max(snapshot_id) FROM "
+            f"ducklake_snapshots('{lake}')) ORDER BY snapshot_id").fetchall()]
+        if old:
+            c.execute(f"CALL ducklake_expire_snapshots('{lake}', versions => ?)",
+                      [old]).fetchall()
+
+    _lake.with_retries(cur, expire)
+    _lake.with_retries(cur, lambda c: c.execute(
+        f"CALL ducklake_cleanup_old_files('{lake}', older_than => {files_cutoff})").fetchall())
+    # a commit, flush or merge that lost its race left the files it had written, tracked by
+    # nothing; a writer's files are untracked too until its commit, so only old ones go
+    _lake.with_retries(cur, lambda c: c.execute(
+        f"CALL ducklake_delete_orphaned_files('{lake}', older_than => {cutoff})").fetchall())
+
+
+def check_keep_snapshots(keep_snapshots_s: float) -> None:
+    """Refuse a snapshot window a running query could outlive (see the module doc)."""
+    if not keep_snapshots_s >= MIN_KEEP_SNAPSHOTS_S:
+        raise StoreError(
+            f"snapshots must be kept at least {MIN_KEEP_SNAPSHOTS_S:.0f} s, not "
+            f"{keep_snapshots_s:g} s: a query still reading an expired snapshot sees its rows "
+            f"as gone (keep them longer than the longest query; the default is 1 hour)")
 
 
 def _delete(store: RunStore, cur: duckdb.DuckDBPyConnection, sql: str, params: list) -> int:
@@ -250,17 +300,20 @@ def _delete(store: RunStore, cur: duckdb.DuckDBPyConnection, sql: str, params: l
 
 
 class Maintenance:
-    """``maintain`` every ``every_s`` seconds in a daemon thread, until ``stop()``."""
+    """``maintain`` every ``every_s`` seconds in a daemon thread, until ``stop()``.
+    ``passes`` counts the passes that finished, ``failures`` those that failed (each logged;
+    the next pass tries again)."""
 
     def __init__(self, store: RunStore, *, every_s: float, retain_s: float | None = None,
                  retain_bytes: int | None = None, keep_snapshots_s: float = 3600.0) -> None:
         if every_s <= 0:
             raise StoreError(f"maintenance interval must be positive, not {every_s}")
+        check_keep_snapshots(keep_snapshots_s)
         self._store, self.every_s = store, every_s
         self._kw = {"retain_s": retain_s, "retain_bytes": retain_bytes,
                     "keep_snapshots_s": keep_snapshots_s}
         self._stop = threading.Event()
-        self.passes = 0
+        self.passes = self.failures = 0
         self.last: MaintenanceReport | None = None
         self._thread = threading.Thread(target=self._run, name="rolloutscope-lake-upkeep",
                                         daemon=True)
@@ -272,6 +325,7 @@ class Maintenance:
                 self.last = maintain(self._store, **self._kw)
                 self.passes += 1
             except Exception as exc:  # noqa: BLE001 - upkeep never stops the collector
+                self.failures += 1
                 log.warning("lake upkeep failed (tried again in %.0f s): %s", self.every_s,
                             exc)
 
