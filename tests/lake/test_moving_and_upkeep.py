@@ -1,6 +1,6 @@
 """A run moves from a file to a lake and back with every view unchanged; upkeep (retention,
 compaction) runs beside a writer without failing it, and keeps what a reader may still be on;
-refused with what was wrong."""
+bad lake names are refused with what was wrong."""
 
 from __future__ import annotations
 
