@@ -7,12 +7,12 @@ The scene reads, on demand and once per incident, the spans around it that no mo
 
 from __future__ import annotations
 
-import holoviews as hv
 import pandas as pd
 import panel as pn
 import param
 
 from rolloutscope.dashboard import plots, style
+from rolloutscope.dashboard import time_figures as tf
 from rolloutscope.dashboard import timeline_plot as tl
 from rolloutscope.dashboard.datastore import DataStore
 from rolloutscope.dashboard.scene import Scene, incident_scene
@@ -23,7 +23,6 @@ from rolloutscope.dashboard.views import (
     TimeView,
     incident_selector,
     key_pane,
-    linked_plots,
     newest_critical,
     plot_title,
     scrolling,
@@ -36,13 +35,10 @@ class IncidentDetail(TimeView):
     """An incident as a numbered story beside the plots that show it: the selected one, else
     the newest critical one."""
 
+    CHOICES = ("incident",)
+
     def __init__(self, data: DataStore, **params) -> None:
         super().__init__(data, **params)
-        streams = [hv.streams.Params(self, ["revision", "view_range"]),
-                   hv.streams.Params(data, ["incident"])]
-        self.lanes = hv.DynamicMap(self._lanes, streams=streams)
-        self.gauges = hv.DynamicMap(self._gauges, streams=streams)
-        self.serving = hv.DynamicMap(self._serving, streams=streams)
         self._scene_for: tuple | None = None
         self._scene: Scene | None = None
 
@@ -109,7 +105,11 @@ class IncidentDetail(TimeView):
         end = inc["end_ns"] if pd.notna(inc["end_ns"]) else now
         return ((inc["start_ns"] - t0) / S, (end - t0) / S)
 
-    def _lanes(self, revision, view_range, incident):
+    def plots(self) -> list:
+        """The lanes, the gauges and the serving plot, on one x range."""
+        return self.time_plots(self.lane_figure, self.gauge_figure, self.serving_figure)
+
+    def lane_figure(self):
         d = self.data
         scene = self.scene()
         t0, now = self._t0(), d.last_seen_ns()
@@ -117,31 +117,29 @@ class IncidentDetail(TimeView):
             empty = tl.TimelineFrames(**{n: d.frames[n].iloc[:0] for n in (
                 "checkpoint_windows", "checkpoint_ops", "shard_states", "rollout_attempts",
                 "parked_intervals", "deadlines", "completions", "incidents")})
-            return tl.lane_plot(empty, t0_ns=t0, now_ns=now, axes=tl.INCIDENT)
+            return tf.lane_plot(empty, t0_ns=t0, now_ns=now, xlim=d.whole_run())
         inc = self.shown_incident()
-        return self.watched(tl.lane_plot(scene.frames, t0_ns=t0, now_ns=now,
-                                         xlim=self.window(inc), highlight=self._highlight(inc),
-                                         axes=tl.INCIDENT))
+        return tf.lane_plot(scene.frames, t0_ns=t0, now_ns=now, xlim=self.window(inc),
+                            highlight=self._highlight(inc))
 
-    def _gauges(self, revision, view_range, incident):
+    def gauge_figure(self):
         d = self.data
         scene = self.scene()
         inc = self.shown_incident()
         g, _ = d.rollout_gauges()
         xlim = self.window(inc) if inc is not None else d.whole_run()
-        return tl.rollout_gauges(g, xlim=xlim, axes=tl.INCIDENT,
-                                 marks=scene.marks if scene is not None else None,
+        return tf.rollout_gauges(g, xlim=xlim, marks=scene.marks if scene is not None else None,
                                  committed_label=committed_label(d))
 
-    def _serving(self, revision, view_range, incident):
+    def serving_figure(self):
         d = self.data
         inc = self.shown_incident()
         t0 = self._t0()
         xlim = self.window(inc) if inc is not None else d.whole_run()
-        return tl.serving_plot(d.frames["shard_states"], t0_ns=t0, now_ns=d.last_seen_ns(),
+        return tf.serving_plot(d.frames["shard_states"], t0_ns=t0, now_ns=d.last_seen_ns(),
                                router=plots.router_samples(d.frames["serving_samples"], t0),
                                fleet=plots.fleet_samples(d.frames["serving_samples"], t0),
-                               xlim=xlim, axes=tl.INCIDENT)
+                               xlim=xlim)
 
     @param.depends("data.incident", "revision")
     def _key(self) -> pn.pane.HTML:
@@ -152,7 +150,7 @@ class IncidentDetail(TimeView):
                                     note="hover any bar or marker for its span"))
 
     def __panel__(self):
-        lanes, gauges, serving = linked_plots(self.lanes, self.gauges, self.serving)
+        lanes, gauges, serving = self.plots()
         gauge_part = pn.Column(
             plot_title("Rollouts: committed and in flight"),
             key_pane(tl.key_html([("tries in flight (left axis)", "━", style.INFO),

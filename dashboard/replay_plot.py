@@ -1,21 +1,23 @@
-"""Before/after timelines of a capture and its replay: pure frames -> HoloViews builders.
+"""Before/after timelines of a capture and its replay: pure frames -> Bokeh figures.
 
 Rule: the input is what ``rolloutscope.store.runs`` returns (``timeline_frames``: rows of
 run, lane, kind, label, start_s, end_s, outcome on one simulated-time axis; ``incident_frame``:
 incidents with their matching key), nothing here reads a store. Both sides are drawn on the same
 lanes in the same order, so a rollout sits on the same row before and after and the eye compares
-straight down; the time axis is named ``t_replay`` so Panel links the two plots with each other
-and with nothing on the other tabs.
+straight down; the view puts both on one x range, so a zoom on one moves the other.
 """
 
 from __future__ import annotations
 
-import holoviews as hv
 import numpy as np
 import pandas as pd
+from bokeh.core.properties import field
+from bokeh.models import FixedTicker
+from bokeh.plotting import figure
 
 from rolloutscope.dashboard import style
-from rolloutscope.dashboard.timeline_plot import frame_hook, short_label, text_columns
+from rolloutscope.dashboard import time_figures as tf
+from rolloutscope.dashboard.timeline_plot import short_label
 from rolloutscope.store import runs
 
 HALF = 0.38
@@ -29,8 +31,7 @@ INSTANT_STYLE = {
                        "line_width": 2.5, "size": 11},
     "incident": {"marker": "inverted_triangle", "color": style.WARN, "size": 12},
 }
-TIME = hv.Dimension("t_replay", label="time since each run's start (s)")
-Y = "y_replay"  # the y dimension, named apart from every other tab's (Panel links by name)
+TIME_LABEL = "time since each run's start (s)"
 TOOLTIPS = [("lane", "@lane"), ("", "@what"), ("", "@detail"), ("from (s)", "@t_replay{0,0.0}"),
             ("to (s)", "@t_end{0,0.0}")]
 MARK_TOOLTIPS = [("lane", "@lane"), ("", "@what"), ("", "@detail"), ("at (s)", "@t_replay{0,0.0}")]
@@ -101,37 +102,49 @@ def replay_instants(frame: pd.DataFrame, lanes: tuple[str, ...]) -> dict[str, pd
     return out
 
 
+def replay_marks(frame: pd.DataFrame, lanes: tuple[str, ...]) -> pd.DataFrame:
+    """Every instant in one frame, each row with its kind's marker, size and colours
+    (``INSTANT_STYLE``), kinds in that order (later ones on top)."""
+    parts = []
+    for kind, points in replay_instants(frame, lanes).items():
+        st = INSTANT_STYLE[kind]
+        parts.append(points.assign(marker=st["marker"], size=float(st["size"]),
+                                   fill=st.get("fill_color", st.get("color")),
+                                   line=st.get("line_color", st.get("color")),
+                                   line_width=float(st.get("line_width", 1.0))))
+    return pd.concat(parts, ignore_index=True)
+
+
 def replay_timeline(frame: pd.DataFrame, lanes: tuple[str, ...], *, title: str,
                     xlim: tuple[float, float], highlight: tuple[float, float] | None = None
-                    ) -> hv.Overlay:
-    """One side's timeline; the same layers in the same order whatever the data."""
+                    ) -> figure:
+    """One side's timeline; the same renderers in the same order whatever the data:
+    ``highlight`` (the selected incident's instant), ``intervals``, ``marks``."""
     top, bottom = 0.5, -len(lanes) + 0.5
-    common = dict(xlim=xlim, ylim=(bottom, top), framewise=True)
-    kd = [TIME, Y, "t_end", "y_top"]
+    fig = tf.time_figure(height=style.lane_plot_height(len(lanes)) + 24,  # and the title
+                         xlim=xlim, ylim=(bottom, top), xlabel=TIME_LABEL)
+    fig.title.text = title
+    fig.title.text_font_size = "10pt"
+    fig.ygrid.grid_line_alpha = 0.0
+    ticks = [-float(i) + 0.0 for i in range(len(lanes))]
+    fig.yaxis.ticker = FixedTicker(ticks=ticks)
+    fig.yaxis.major_label_overrides = {t: short_label(lane) for t, lane in zip(ticks, lanes)}
     n = 1 if highlight else 0
-    hl = pd.DataFrame({"t_replay": [highlight[0]] * n if n else [], Y: [bottom] * n,
+    hl = pd.DataFrame({"t_replay": [highlight[0]] * n if n else [], "y": [bottom] * n,
                        "t_end": [highlight[1]] * n if n else [], "y_top": [top] * n},
                       dtype="float64")
-    layers = [
-        hv.Rectangles(hl, kd, group="Highlight", label="selected incident").opts(
-            color=style.INCIDENT_SPAN, alpha=0.25, line_alpha=0, **common),
-        hv.Rectangles(text_columns(replay_rects(frame, lanes, end_s=xlim[1])
-                                   .rename(columns={"y": Y})), kd,
-                      ["color", "lane", "what", "detail"], group="Intervals").opts(
-            color="color", line_color="white", line_width=0.5, tools=["hover"],
-            hover_tooltips=TOOLTIPS, **common)]
-    for kind, points in replay_instants(frame, lanes).items():
-        layers.append(hv.Points(text_columns(points.rename(columns={"y": Y})), [TIME, Y],
-                                ["lane", "what", "detail"], label=kind.replace("_", " ")).opts(
-            tools=["hover"], hover_tooltips=MARK_TOOLTIPS, **INSTANT_STYLE[kind], **common))
-    h = style.lane_plot_height(len(lanes)) + 24  # and the title
-    return hv.Overlay(layers).opts(hv.opts.Overlay(
-        title=title, yticks=[(-float(i), short_label(lane)) for i, lane in enumerate(lanes)],
-        ylabel="", height=h, responsive=True, show_legend=False, show_grid=True,
-        hooks=[frame_hook],
-        fontsize={"yticks": "9pt", "xticks": "9pt", "title": "10pt"},
-        active_tools=["xwheel_zoom", "xpan"],
-        default_tools=["xpan", "xwheel_zoom", "xbox_zoom", "reset", "save"]))
+    fig.quad(left="t_replay", right="t_end", bottom="y", top="y_top", source=tf.source(hl),
+             color=style.INCIDENT_SPAN, alpha=0.25, line_alpha=0, name="highlight")
+    bars = fig.quad(left="t_replay", right="t_end", bottom="y", top="y_top",
+                    source=tf.source(replay_rects(frame, lanes, end_s=xlim[1])),
+                    fill_color=field("color"), line_color="white", line_width=0.5,
+                    name="intervals")
+    tf.hover(fig, bars, TOOLTIPS, follow_mouse=True)
+    marks = fig.scatter(x="t_replay", y="y", source=tf.source(replay_marks(frame, lanes)),
+                        marker=field("marker"), size=field("size"), fill_color=field("fill"),
+                        line_color=field("line"), line_width=field("line_width"), name="marks")
+    tf.hover(fig, marks, MARK_TOOLTIPS)
+    return fig
 
 
 REPLAY_KEY = [("try committed", "■", style.ROLLOUT_RUNNING), ("failed", "■", style.ERROR),

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import html
 
-import holoviews as hv
 import pandas as pd
 import panel as pn
 import param
@@ -26,7 +25,6 @@ from rolloutscope.dashboard.views import (
     TimeView,
     incident_selector,
     key_pane,
-    linked_plots,
     newest_critical,
     text_table,
 )
@@ -39,6 +37,7 @@ class Replay(TimeView):
     """Before/after timelines of a capture and its replay, incidents reproduced / vanished /
     appeared, and the outcome counts of both."""
 
+    CHOICES = ("incident",)
     after_run = param.Selector(default=None, objects=[], allow_None=True,
                                doc="the replay compared with the DataStore's run")
 
@@ -57,11 +56,7 @@ class Replay(TimeView):
                                     pagination=None, page_size=None)
         self._note = pn.pane.HTML(stylesheets=[CSS], sizing_mode="stretch_width")
         self._load()
-        streams = [hv.streams.Params(self, ["revision", "after_run", "view_range"]),
-                   hv.streams.Params(data, ["incident"])]
-        self.before_plot = hv.DynamicMap(self._plot_before, streams=streams)
-        self.after_plot = hv.DynamicMap(self._plot_after, streams=streams)
-        self.param.watch(self._reload, ["revision", "after_run"])
+        self.param.watch(self._redraw, "after_run")
         data.param.watch(self._on_run, "run_id")
 
     # -- which runs ------------------------------------------------------------------------
@@ -113,6 +108,13 @@ class Replay(TimeView):
             f"<b>{html.escape(str(self.after_run))}</b>; {shown:,} of {self._rollouts:,} "
             "rollout lanes; simulated seconds from each run's origin</span>")
 
+    def _redraw(self, *_) -> None:
+        self._reload()  # the pair of runs first: the plots draw what it read
+        super()._redraw()
+
+    def _draw_mark(self) -> tuple:
+        return (*super()._draw_mark(), self.after_run)
+
     def _reload(self, *_) -> None:
         same_file = self.after_store is self.data.store
         if same_file and self.after_run is None and tuple(
@@ -155,16 +157,19 @@ class Replay(TimeView):
         self._shown_range = rng
         return rng, (t - 1.0, t + 1.0)
 
-    def _plot_before(self, revision, after_run, view_range, incident):
+    def before_figure(self):
         xlim, hl = self._focus()
-        return self.watched(rp.replay_timeline(self._before, self._lanes,
-                                               title=f"before: {self.data.run_id}", xlim=xlim,
-                                               highlight=hl))
+        return rp.replay_timeline(self._before, self._lanes,
+                                  title=f"before: {self.data.run_id}", xlim=xlim, highlight=hl)
 
-    def _plot_after(self, revision, after_run, view_range, incident):
+    def after_figure(self):
         xlim, hl = self._focus()
         return rp.replay_timeline(self._after, self._lanes, title=f"after: {self.after_run}",
                                   xlim=xlim, highlight=hl)
+
+    def plots(self) -> list:
+        """Before and after, on one x range."""
+        return self.time_plots(self.before_figure, self.after_figure)
 
     def __panel__(self):
         controls = pn.Row(
@@ -175,7 +180,7 @@ class Replay(TimeView):
         return pn.Column(
             controls, self._note, key_pane(key_html(rp.REPLAY_KEY, note=(
                 "the same lanes on both sides, in the same order: compare straight down"))),
-            *linked_plots(self.before_plot, self.after_plot),
+            *self.plots(),
             pn.Row(pn.Column("**Incidents** (reproduced, vanished, appeared in the replay)",
                              self._verdicts, sizing_mode="stretch_width"),
                    pn.Column("**Outcome counts**", self._outcomes, width=320),

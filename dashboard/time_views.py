@@ -1,22 +1,22 @@
 """The Timeline and Fleet tabs: lanes on the run's time axis, the gauges that count every
 rollout however many lanes are drawn, and the serving step line.
 
-Each plot is a DynamicMap over the view's ``revision`` (the DataStore's frames), its
-``view_range`` (the shared time range) and the filters it draws; every plot of a tab shares the
-tab's axes (``timeline_plot.Axes``), so a zoom on one moves the others in the browser and becomes
-the time range of every tab (``TimeView``).
+Each plot is a Bokeh figure (``time_figures``) redrawn in place when the view's ``revision``
+(the DataStore's frames), its ``view_range`` (the shared time range) or a filter it draws moves;
+every plot of a tab shares one x range, so a zoom on one moves the others in the browser and
+becomes the time range of every tab (``TimeView``).
 """
 
 from __future__ import annotations
 
 import html
 
-import holoviews as hv
 import pandas as pd
 import panel as pn
 import param
 
 from rolloutscope.dashboard import plots, style
+from rolloutscope.dashboard import time_figures as tf
 from rolloutscope.dashboard import timeline_plot as tl
 from rolloutscope.dashboard.datastore import VIEWS, DataStore
 from rolloutscope.dashboard.views import (
@@ -25,7 +25,6 @@ from rolloutscope.dashboard.views import (
     empty_note,
     incident_selector,
     key_pane,
-    linked_plots,
     plot_title,
     scrolling,
     text_table,
@@ -38,13 +37,10 @@ class Timeline(TimeView):
     """Checkpoint windows, participants, shards and rollouts on one linked time axis, the
     rollout gauges and the serving shards under it."""
 
+    CHOICES = ("rollout_filter", "failure_class")
+
     def __init__(self, data: DataStore, **params) -> None:
         super().__init__(data, **params)
-        streams = [hv.streams.Params(self, ["revision", "view_range"]),
-                   hv.streams.Params(data, ["rollout_filter", "failure_class"])]
-        self.lanes = hv.DynamicMap(self._lanes, streams=streams)
-        self.gauges = hv.DynamicMap(self._gauges, streams=streams)
-        self.serving = hv.DynamicMap(self._serving, streams=streams)
         self.whole = pn.widgets.Button(label="Whole run", width=100)
         self.whole.on_click(self._whole_run)
         self._sampled = False
@@ -78,7 +74,11 @@ class Timeline(TimeView):
     def xlim(self, default=None) -> tuple[float, float]:
         return super().xlim(default or self._drawn_extent())
 
-    def _lanes(self, revision, view_range, rollout_filter, failure_class):
+    def plots(self) -> list:
+        """The lanes, the gauges and the serving plot, on one x range."""
+        return self.time_plots(self.lane_figure, self.gauge_figure, self.serving_figure)
+
+    def lane_figure(self):
         d = self.data
         ids, total = d.rollout_lanes()
         frames = self._frames(rollout_ids=ids, evidence=d.evidence())
@@ -88,19 +88,18 @@ class Timeline(TimeView):
         if inc is not None:
             end = inc["end_ns"] if pd.notna(inc["end_ns"]) else now
             highlight = ((inc["start_ns"] - t0) / S, (end - t0) / S)
-        return self.watched(tl.lane_plot(frames, t0_ns=t0, now_ns=now, xlim=self.xlim(),
-                                         highlight=highlight))
+        return tf.lane_plot(frames, t0_ns=t0, now_ns=now, xlim=self.xlim(),
+                            highlight=highlight)
 
-    def _gauges(self, revision, view_range, rollout_filter, failure_class):
+    def gauge_figure(self):
         d = self.data
         g, self._sampled = d.rollout_gauges()
-        return tl.rollout_gauges(g, xlim=self.xlim(),
-                                 committed_label=committed_label(d))
+        return tf.rollout_gauges(g, xlim=self.xlim(), committed_label=committed_label(d))
 
-    def _serving(self, revision, view_range, rollout_filter, failure_class):
+    def serving_figure(self):
         d = self.data
         t0, now = d.origin_ns(), d.last_seen_ns()
-        return tl.serving_plot(d.frames["shard_states"], t0_ns=t0, now_ns=now,
+        return tf.serving_plot(d.frames["shard_states"], t0_ns=t0, now_ns=now,
                                xlim=self.xlim(),
                                router=plots.router_samples(d.frames["serving_samples"], t0),
                                fleet=plots.fleet_samples(d.frames["serving_samples"], t0))
@@ -143,7 +142,7 @@ class Timeline(TimeView):
             pn.widgets.Select.from_param(self.data.param.failure_class, label="failure class",
                                          width=110),
             self.whole, sizing_mode="stretch_width")
-        lanes, gauges, serving = linked_plots(self.lanes, self.gauges, self.serving)
+        lanes, gauges, serving = self.plots()
         d = self.data
         gauge_part = pn.Column(plot_title("Rollouts"), self._gauge_note, gauges,
                                sizing_mode="stretch_width")
@@ -191,9 +190,6 @@ class Fleet(TimeView):
             stylesheets=[CSS])
         self._empty = pn.Column(sizing_mode="stretch_width")
         self._plots = pn.Column(sizing_mode="stretch_width")
-        streams = [hv.streams.Params(self, ["revision", "view_range"])]
-        self.lane_plot = hv.DynamicMap(self._lanes, streams=streams)
-        self.serving_plot = hv.DynamicMap(self._serving, streams=streams)
         self._show_empty()
         self._changed("tables", *self.FRAMES)
         self.param.watch(self._update, "revision")
@@ -237,24 +233,23 @@ class Fleet(TimeView):
             self._backends.value = self._backend_rows()
             self._show_empty()
 
-    def _lanes(self, revision=None, view_range=None):
+    def lane_figure(self):
         d = self.data
         frames = self._frames(keep=("checkpoint_windows", "shard_states"))
-        return self.watched(tl.lane_plot(frames, t0_ns=d.origin_ns(), now_ns=d.last_seen_ns(),
-                                         xlim=self.xlim(d.whole_run()), markers=False,
-                                         axes=tl.FLEET))
+        return tf.lane_plot(frames, t0_ns=d.origin_ns(), now_ns=d.last_seen_ns(),
+                            xlim=self.xlim(d.whole_run()), markers=False)
 
-    def _serving(self, revision=None, view_range=None):
+    def serving_figure(self):
         d = self.data
         t0 = d.origin_ns()
-        return tl.serving_plot(d.frames["shard_states"], t0_ns=t0, now_ns=d.last_seen_ns(),
+        return tf.serving_plot(d.frames["shard_states"], t0_ns=t0, now_ns=d.last_seen_ns(),
                                router=plots.router_samples(d.frames["serving_samples"], t0),
                                fleet=plots.fleet_samples(d.frames["serving_samples"], t0),
-                               xlim=self.xlim(d.whole_run()),
-                               axes=tl.FLEET)
+                               xlim=self.xlim(d.whole_run()))
 
-    def lanes(self) -> list[pn.pane.HoloViews]:
-        return linked_plots(self.lane_plot, self.serving_plot)
+    def plots(self) -> list:
+        """The shard lanes and the serving plot, on one x range."""
+        return self.time_plots(self.lane_figure, self.serving_figure)
 
     @param.depends("revision")
     def _lane_key(self) -> pn.pane.HTML:
@@ -267,7 +262,7 @@ class Fleet(TimeView):
         return "<span class='rs-note'>router serving backends: no samples in this run</span>"
 
     def __panel__(self):
-        lanes, serving = self.lanes()
+        lanes, serving = self.plots()
         self._plots[:] = [plot_title("Shards"), self._lane_key, scrolling(lanes),
                           plot_title("Serving"), key_pane(tl.key_html(tl.SERVING_KEY)),
                           serving, self._router_note]

@@ -1,34 +1,23 @@
-"""The timeline: pure DataFrame -> HoloViews builders for the lane plot, the rollout gauges and
-the serving step line.
+"""The timeline's rows: pure DataFrame -> DataFrame builders for what the lane plot, the rollout
+gauges and the serving step line draw (``time_figures`` draws them as Bokeh figures), and the
+key above them.
 
 Rule: nothing here queries, filters by user choice or reads a clock. The caller (the Timeline
 view, the Fleet view, the incident detail) hands over frames straight from the store's views,
 already narrowed to the lanes it wants, plus ``t0_ns`` (the run's start, the x origin) and
 ``now_ns`` (the run's last seen time: where intervals still open are drawn to). The x axis is
 seconds since the run started, the unit incident write-ups speak in ("the deadline fired at
-180 s").
-
-Axes are named per tab (``Axes``): Panel links every plot of a page whose axes carry the same
-range tag (HoloViews tags a range with its dimension's label), so the plots of one tab share
-theirs (a zoom on one moves the others) and no two tabs share one (a five-lane Fleet plot linked
-to a fifteen-lane Timeline's y range draws its lanes in the top third; an incident's window
-linked to the Timeline's whole run shows the whole run). Legends are not drawn inside plots: ``key_html`` says what each colour and marker means
-above them, so nothing covers the data and linked plots keep one frame width.
-
-Every builder returns the same layers in the same order whatever the data, so a DynamicMap can
-update the plot in place on a live tick instead of re-rendering it.
+180 s"). Legends are not drawn inside plots: ``key_html`` says what each colour and marker
+means above them, so nothing covers the data and linked plots keep one frame width.
 """
-
 from __future__ import annotations
 
 import html
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-import holoviews as hv
 import numpy as np
 import pandas as pd
-from bokeh.models import HoverTool, Quad
 
 from rolloutscope.dashboard import style
 from rolloutscope.vocabulary import SpanName
@@ -40,27 +29,6 @@ MARK_COLUMNS = ["x", "y", "lane", "what", "detail"]
 SPAN_COLUMNS = ["lane", "name", "start_ns", "end_ns", "span_id", "detail", "status"]
 EVENT_COLUMNS = ["lane", "name", "ts_ns", "detail"]
 HALF = 0.38  # half a lane's bar height
-LEFT_BORDER_PX = 215  # room for the lane labels; every time plot of a tab keeps the same frame
-RIGHT_BORDER_PX = 64  # room for the gauges' second axis
-
-
-@dataclass(frozen=True)
-class Axes:
-    """The dimension names and time label of one tab's time plots: shared within the tab,
-    unique across tabs (the label is what links)."""
-
-    t: str = "t"
-    y: str = "y"
-    label: str = "time since run start (s)"
-
-    @property
-    def time(self) -> hv.Dimension:
-        return hv.Dimension(self.t, label=self.label)
-
-
-TIMELINE = Axes()
-FLEET = Axes("t_fleet", "y_fleet", "time since run start (s), fleet")
-INCIDENT = Axes("t_incident", "y_incident", "time since run start (s), around the incident")
 
 
 def _empty_frame(columns: Sequence[str]) -> pd.DataFrame:
@@ -410,8 +378,6 @@ def mark_tooltips(t: str) -> list[tuple[str, str]]:
     return [("lane", "@lane"), ("", "@what"), ("", "@detail"), ("at (s)", f"@{t}{{0,0.0}}")]
 
 
-MARK_TOOLTIPS = mark_tooltips("t")
-
 MARKER_STYLE = {
     "deadline start": {"marker": "triangle", "color": "#3d3d3d", "size": 8},
     "deadline fired": {"marker": "x", "color": style.ERROR, "size": 13, "line_width": 3},
@@ -425,14 +391,6 @@ MARKER_STYLE = {
 MARKER_SYMBOLS = {"deadline start": ("▲", "#3d3d3d"), "deadline fired": ("✖", style.ERROR),
                   "completed": ("●", "#2f6f8f"), "completed, unacknowledged": ("○", style.ERROR),
                   "acknowledged": ("◆", style.OK), "event": ("▼", style.WARN)}
-
-
-def _span_rects(periods: pd.DataFrame, y0: float, y1: float) -> pd.DataFrame:
-    return periods.assign(y0=y0, y1=y1)[["x0", "y0", "x1", "y1", "what", "detail"]]
-
-
-BAR_VDIMS = ["color", "lane", "what", "detail", "start_s", "end_s", "span_id", "span", "dur_s",
-             "fill_alpha", "line", "line_width", "dash"]
 
 
 def bar_styles(rects: pd.DataFrame, evidence: Iterable[str] = ()) -> pd.DataFrame:
@@ -449,104 +407,6 @@ def bar_styles(rects: pd.DataFrame, evidence: Iterable[str] = ()) -> pd.DataFram
         line_width=np.select([evid, is_open], [2.5, 1.0], 0.5),
         dash=np.where(is_open & ~evid, "dashed", "solid"))
     return out.iloc[np.argsort(kind, kind="stable")].reset_index(drop=True)
-
-
-def frame_hook(plot, element) -> None:
-    """One label column for every time plot of a tab, so their frames line up; and bar
-    tooltips that follow the mouse (``bars_follow_mouse``)."""
-    plot.state.min_border_left = LEFT_BORDER_PX
-    plot.state.min_border_right = RIGHT_BORDER_PX
-    bars_follow_mouse(plot.state)
-
-
-def bars_follow_mouse(figure) -> None:
-    """Anchor the tooltip of a hover over bars at the mouse, not at the bar.
-
-    Bokeh's default (``snap_to_data``) anchors a bar's tooltip at the bar's centre and drops
-    it when that centre lies outside the frame. A plot zoomed onto a few seconds of a long bar
-    (a shard healthy from the run's start, a state still open at now) has the bar's centre off
-    screen, so hovering the bar showed nothing."""
-    for tool in figure.tools:  # the toolbar's own list: select() walks every model
-        if not isinstance(tool, HoverTool):
-            continue
-        renderers = tool.renderers if isinstance(tool.renderers, list) else []
-        if renderers and all(isinstance(getattr(r, "glyph", None), Quad) for r in renderers):
-            tool.point_policy = "follow_mouse"
-
-
-def _time_opts(height: int, **kw) -> dict:
-    """What every time plot of a tab shares: one frame width (the label column and the toolbar
-    the same size), responsive width, x-only pan and zoom, no legend inside the data."""
-    return dict(height=height, responsive=True, show_legend=False, show_grid=True,
-                hooks=[frame_hook], active_tools=["xwheel_zoom", "xpan"],
-                default_tools=["xpan", "xwheel_zoom", "xbox_zoom", "reset", "save"], **kw)
-
-
-def lane_plot(frames: TimelineFrames, *, t0_ns: int, now_ns: int,
-              xlim: tuple[float, float] | None = None,
-              highlight: tuple[float, float] | None = None,
-              height: int | None = None, markers: bool = True,
-              axes: Axes = TIMELINE) -> hv.Overlay:
-    """The lane plot: windows, participants, shards and rollouts on one time axis.
-
-    Three layers, bottom to top: shading (stalls, then the selected incident's span), every
-    bar (``bar_styles``: closed, then open ones faded with a dashed outline, then the
-    evidence, outlined), then every instant in one marker layer. A layer costs a first render
-    25-30 ms whatever it holds, so kinds of bar and of marker are rows of one layer, not
-    layers. Its height follows the lane count (``style.lane_plot_height``), so lanes fill the
-    plot.
-    """
-    lanes = lanes_for(frames)
-    rects = interval_rects(frames, lanes, t0_ns, now_ns)
-    top, bottom = 0.5, -len(lanes.labels) + 0.5
-    stalls = _span_rects(shaded_periods(frames.incidents, ["stall"], t0_ns, now_ns), bottom, top)
-    hl = pd.DataFrame({"x0": pd.Series([highlight[0]] if highlight else [], dtype="float64"),
-                       "x1": pd.Series([highlight[1]] if highlight else [], dtype="float64"),
-                       "what": ["selected incident"] if highlight else [],
-                       "detail": [""] if highlight else []})
-    hl = _span_rects(hl, bottom, top)
-    # stalls under the selected incident, in one layer: colour and opacity per row
-    shade = pd.concat([stalls.assign(color=style.STALL, alpha=0.10),
-                       hl.assign(color=style.INCIDENT_SPAN, alpha=0.25)], ignore_index=True)
-    span = (0.0, max((now_ns - t0_ns) / S, 1.0))
-    xlim = xlim or span
-    ylim = (bottom, top)
-    # an interval that begins and ends at one instant (a fault, a probe tick, a state left
-    # at once) is a bar of no width: drawn a few pixels wide so it is seen and hovered
-    if len(rects):
-        least = (xlim[1] - xlim[0]) * MIN_BAR_FRACTION
-        rects = rects.assign(x1=np.maximum(rects.x1.to_numpy(dtype="float64"),
-                                           rects.x0.to_numpy(dtype="float64") + least))
-    bars = bar_styles(rects, frames.evidence)
-    kdims = [axes.time, axes.y, "t_end", "y_top"]
-    bars, shade = (_axes(df, axes) for df in (bars, shade))
-    common = dict(xlim=xlim, ylim=ylim, framewise=True)
-    layers = [
-        # no hover on the shading: it covers every lane of its stretch, and its tooltip would
-        # hide the bars' (the key names it; the Incident tab's incident lane has its summary)
-        hv.Rectangles(shade, kdims, ["what", "detail", "color", "alpha"], group="Shade").opts(
-            color="color", alpha="alpha", line_alpha=0, **common),
-        hv.Rectangles(bars, kdims, BAR_VDIMS, group="Bars").opts(
-            color="color", fill_alpha="fill_alpha", line_color="line", line_width="line_width",
-            line_dash="dash", tools=["hover"], hover_tooltips=RECT_TOOLTIPS, **common),
-    ]
-    if markers:
-        marks = marker_points(instants(frames, lanes, t0_ns))
-        layers.append(hv.Points(text_columns(marks.rename(columns={"x": axes.t, "y": axes.y})),
-                                [axes.time, axes.y], MARK_VDIMS, group="Marks").opts(
-            marker="marker", size="size", fill_color="fill", line_color="line",
-            line_width="line_width", tools=["hover"], hover_tooltips=mark_tooltips(axes.t),
-            **common))
-    h = height or style.lane_plot_height(len(lanes.labels))
-    return hv.Overlay(layers).opts(hv.opts.Overlay(**_time_opts(
-        h, yticks=lanes.ticks, ylabel="",
-        gridstyle={"ygrid_line_alpha": 0.0, "xgrid_line_alpha": 0.25},
-        fontsize={"yticks": "9pt", "xticks": "9pt", "xlabel": "10pt"})))
-
-
-def _axes(df: pd.DataFrame, axes: Axes = TIMELINE) -> pd.DataFrame:
-    return text_columns(df.rename(columns={"x0": axes.t, "y0": axes.y, "x1": "t_end",
-                                           "y1": "y_top"}))
 
 
 def text_columns(df: pd.DataFrame) -> pd.DataFrame:
@@ -588,7 +448,7 @@ def pad_range(lo: float, hi: float, pad: float = 0.12) -> tuple[float, float]:
     return (max(lo - pad * width, 0.0) if lo >= 0 else lo - pad * width, hi + pad * width)
 
 
-MARK_VDIMS = ["lane", "what", "detail", "marker", "size", "fill", "line", "line_width"]
+MARK_STYLE_COLUMNS = ["marker", "size", "fill", "line", "line_width"]
 
 
 def marker_points(marks: dict[str, pd.DataFrame]) -> pd.DataFrame:
@@ -602,7 +462,7 @@ def marker_points(marks: dict[str, pd.DataFrame]) -> pd.DataFrame:
                                fill=st.get("fill_color", st.get("color")),
                                line=st.get("line_color", st.get("color")),
                                line_width=float(st.get("line_width", 1.0))))
-    cols = MARK_COLUMNS + MARK_VDIMS[3:]
+    cols = MARK_COLUMNS + MARK_STYLE_COLUMNS
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype="float64" if c in ("x", "y", "size",
                                                                    "line_width") else "object")
@@ -699,41 +559,6 @@ def rollout_gauges_frame(attempts: pd.DataFrame, *, t0_ns: int, now_ns: int,
                          "committed": committed.astype("float64")}), sampled
 
 
-def rollout_gauges(gauges: pd.DataFrame, *, xlim: tuple[float, float],
-                   axes: Axes = TIMELINE, marks: pd.DataFrame | None = None,
-                   committed_label: str = "committed so far",
-                   height: int = style.GAUGE_HEIGHT_PX) -> hv.Overlay:
-    """The rollout gauges: tries in flight (left axis) and tries committed so far (right axis)
-    as step lines, with vertical marks (``marks``: t, what, detail; a watchdog's stall line)."""
-    g = gauges.rename(columns={"t": axes.t})
-    ymax = max(float(g.in_flight.max()) if len(g) else 0.0, 1.0) * 1.15
-    cmax = max(float(g.committed.max()) if len(g) else 0.0, 1.0) * 1.15
-    m = marks if marks is not None else pd.DataFrame({"t": [], "what": [], "detail": []})
-    seg = pd.DataFrame({axes.t: m.t.astype("float64"), "in_flight": 0.0,
-                        "t_end": m.t.astype("float64"), "top": ymax, "what": m.what.astype(str),
-                        "detail": m.detail.astype(str)})
-    common = dict(xlim=xlim, framewise=True)
-    t = axes.time
-    flight = hv.Dimension("in_flight", label="tries in flight", range=(0, ymax))
-    return hv.Overlay([
-        hv.Segments(text_columns(seg), [t, flight, "t_end", "top"], ["what", "detail"],
-                    label="marks").opts(
-            color=style.WARN, line_width=2.5, line_dash="dashed", tools=["hover"],
-            hover_tooltips=SHADE_TOOLTIPS, **common),
-        hv.Curve(g, t, flight, label="in flight").opts(
-            interpolation="steps-post", color=style.INFO, line_width=2, tools=["hover"],
-            hover_tooltips=[("at (s)", f"@{axes.t}{{0,0.0}}"), ("in flight", "@in_flight")],
-            **common),
-        hv.Curve(g, t, hv.Dimension("committed", label=committed_label, range=(0, cmax)),
-                 label=committed_label).opts(
-            interpolation="steps-post", color=style.OK, line_width=2, tools=["hover"],
-            hover_tooltips=[("at (s)", f"@{axes.t}{{0,0.0}}"), (committed_label, "@committed")],
-            **common),
-    ]).opts(hv.opts.Overlay(**_time_opts(height, multi_y=True, ylabel="tries",
-                                         fontsize={"yticks": "9pt", "xticks": "9pt",
-                                                   "ylabel": "9pt"})))
-
-
 def serving_steps(shard_states: pd.DataFrame, *, t0_ns: int, now_ns: int) -> pd.DataFrame:
     """Serving shard count over time (a step function) from shard state stays.
 
@@ -781,38 +606,23 @@ def step_segments(t: Sequence[float] | np.ndarray, values: Sequence[float] | np.
                          "what": what, "color": color, "dash": dash, "width": width})
 
 
-def serving_plot(shard_states: pd.DataFrame, *, t0_ns: int, now_ns: int,
-                 xlim: tuple[float, float] | None = None,
-                 router: pd.DataFrame | None = None, height: int = style.SERVING_HEIGHT_PX,
-                 axes: Axes = TIMELINE, fleet: pd.DataFrame | None = None) -> hv.Overlay:
-    """Serving shards (fleet) as a step line, with the router's serving backends if known and
-    the fleet's total shard count as a dashed reference, all three as the segments of one
-    layer (``step_segments``; a layer costs a first render 25-30 ms). ``fleet``: the fleet's
-    serving count as sampled (t, serving), drawn where the run has no shard stays (metrics
-    only)."""
+def serving_segments(shard_states: pd.DataFrame, *, t0_ns: int, now_ns: int,
+                     router: pd.DataFrame | None = None,
+                     fleet: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Every line of the serving plot as segments (``SEGMENT_COLUMNS``): the fleet's total
+    shard count (a reference), its serving shards (from shard stays; ``fleet``, its serving
+    count as sampled, where the run has no stays) and the router's serving backends."""
     steps = serving_steps(shard_states, t0_ns=t0_ns, now_ns=now_ns)
     if not len(steps) and fleet is not None and len(fleet):
         steps = fleet[["t", "serving"]]
     total = float(shard_states.shard_idx.nunique()) if len(shard_states) else 0.0
     span = (0.0, max((now_ns - t0_ns) / S, 1.0))
-    xlim = xlim or span
-    ymax = max(total, steps.serving.max() if len(steps) else 0.0,
-               router.serving.max() if router is not None and len(router) else 0.0, 1.0)
     rt = router if router is not None else pd.DataFrame({"t": [], "serving": []})
     parts = [step_segments(span if total else [], [total] * 2 if total else [],
                            "shards in fleet"),
              step_segments(steps.t, steps.serving, "fleet serving shards"),
              step_segments(rt.t, rt.serving, "router serving backends")]
-    segments = pd.concat([p for p in parts if len(p)] or parts[:1], ignore_index=True)
-    segments = text_columns(segments.rename(columns={"t": axes.t}))
-    tips = [("", "@what"), ("at (s)", "$x{0,0.0}"), ("serving", "@serving")]
-    line = hv.Segments(segments, [axes.time, hv.Dimension("y0", label="serving"), "t_end", "y1"],
-                       ["serving", "what", "color", "dash", "width"], group="Lines").opts(
-        color="color", line_dash="dash", line_width="width", tools=["hover"],
-        hover_tooltips=tips, xlim=xlim, ylim=(0, ymax * 1.15), framewise=True)
-    return hv.Overlay([line]).opts(hv.opts.Overlay(**_time_opts(
-        height, ylabel="shards", title="",  # one layer: HoloViews would title it by its group
-        fontsize={"yticks": "9pt", "xticks": "9pt", "ylabel": "9pt"})))
+    return pd.concat([p for p in parts if len(p)] or parts[:1], ignore_index=True)
 
 
 SERVING_KEY = [("shards in the fleet", "┄", style.NEUTRAL),

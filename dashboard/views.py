@@ -5,12 +5,9 @@ The same objects render in the served app and in a notebook cell. A view draws t
 redraws one tab, and a hidden view catches up when it is shown again. Within a view, an element
 redraws only when a frame it reads changed (``DataStore.frame_versions``).
 
-Two plots that share a time axis are two HoloViews panes in a Column, linked by Panel's
-``linked_axes`` through their common time dimension, never one HoloViews ``Layout``: Bokeh
-lays out the ``GridPlot`` a Layout becomes at zero width when it sits in a tab that was hidden
-at first render beside another plot, inside a page-wide Column (bokeh/bokeh#13384), and never
-lays it out again; every plot of the Fleet tab drew nothing. ``linked_axes`` links every pane of
-the page by dimension name, so each tab names its axes apart (``timeline_plot.Axes``).
+The time plots (lanes, gauges, serving lines) are Bokeh figures built directly
+(``time_figures``), each in its own pane; the plots of a tab share one x range model, so the
+browser moves them together.
 
 One time range for every tab (``TimeView``): a zoom or pan on any time plot becomes
 ``DataStore.time_range``; the plots of the same tab follow in the browser through their shared
@@ -25,14 +22,19 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import holoviews as hv
 import pandas as pd
 import panel as pn
 import param
+from bokeh.models import Range1d
+from bokeh.plotting import figure
 
 from rolloutscope.dashboard import plots, style, tables
+from rolloutscope.dashboard import time_figures as tf
 from rolloutscope.dashboard import timeline_plot as tl
 from rolloutscope.dashboard.datastore import MAX_DETAIL_ROWS, DataStore
 from rolloutscope.dashboard.story import incident_story, story_html
@@ -171,23 +173,55 @@ class View(pn.viewable.Viewer):
         return self.data.origin_ns()
 
 
+@dataclass
+class _PlotSet:
+    """The figures of one rendering of a view, on one x range, and what they last drew."""
+
+    x_range: Range1d
+    figures: list[tuple[Callable[[], figure], figure]]  # (its builder, the figure shown)
+    mark: tuple
+
+
 class TimeView(View):
     """A view whose time plots show the run's one time range (``DataStore.time_range``).
 
-    A zoom or pan on one of its plots (``watch_range``) becomes the DataStore's range, which the
-    view's own plots already show (their axes are shared in the browser); a range set anywhere
-    else (another tab, an incident picked, "Whole run", a link) redraws this view's plots now if
-    it is on screen, else when it is next shown (``view_range``)."""
+    Its plots (``time_plots``) are Bokeh figures on one ``Range1d``: a zoom or pan on one moves
+    the others in the browser and becomes the DataStore's range; a range set anywhere else
+    (another tab, an incident picked, "Whole run", a link) redraws this view's plots now if it
+    is on screen, else when it is next shown (``view_range``). A redraw builds each figure
+    afresh and moves its data onto the one on screen (``time_figures.redraw``), once per change
+    of what it draws: the DataStore's version, the range, and the choices named in
+    ``CHOICES`` (the DataStore's parameters the plots read)."""
 
+    CHOICES: tuple[str, ...] = ()
     view_range = param.Integer(default=0, doc="bumped when the time range moved elsewhere")
 
     def __init__(self, data: DataStore, **params) -> None:
         super().__init__(data, **params)
         self._shown_range: tuple[float, float] | None = None
         self._range_stale = False
-        self._watched_ranges: set[int] = set()
+        self._setting_range = False  # the range moves because this view drew it, not a zoom
+        self._plot_sets: list[_PlotSet] = []
         data.param.watch(self._on_time_range, "time_range")
-        self.param.watch(self._range_on_show, "shown")
+        self.param.watch(self._redraw, ["revision", "view_range"])
+        if self.CHOICES:
+            data.param.watch(self._on_choice, list(self.CHOICES))
+
+    def _catch_up(self, *_) -> None:
+        """On screen again (or a new version while on screen): the version and a range moved
+        elsewhere in one update, so the plots redraw once."""
+        if not self.shown:
+            return
+        moved = {}
+        if self.revision != self.data.version:
+            moved["revision"] = self.data.version
+        if self._range_stale:
+            self._range_stale = False
+            moved["view_range"] = self.view_range + 1
+        if moved:
+            self.param.update(moved)
+        else:
+            self._redraw()  # a choice made on another tab
 
     def _on_time_range(self, event) -> None:
         if self.data.range_from(self):
@@ -197,35 +231,46 @@ class TimeView(View):
         else:
             self._range_stale = True
 
-    def _range_on_show(self, event) -> None:
-        if event.new and self._range_stale:
-            self._range_stale = False
-            self.view_range += 1
+    def _on_choice(self, event) -> None:
+        if self.shown:
+            self._redraw()
 
-    def range_hook(self):
-        """A plot hook that reports the plot's x range to ``_on_range`` whenever it changes in
-        the browser (a zoom, a pan, a box zoom). A RangeX stream would do it, but one whose
-        source is a DynamicMap of overlays gets no callback (HoloViews attaches range callbacks
-        to element plots), so the hook watches the Bokeh range itself."""
-        watched = self._watched_ranges
+    def _draw_mark(self) -> tuple:
+        return (self.revision, self.view_range, *(getattr(self.data, c) for c in self.CHOICES))
 
-        def hook(plot, element) -> None:
-            rng = plot.state.x_range
-            if id(rng) in watched:
-                return
-            watched.add(id(rng))
+    def time_plots(self, *builders: Callable[[], figure]) -> list[pn.pane.Bokeh]:
+        """A page-wide pane for the figure each of ``builders`` makes, every one on the same
+        x range (the first figure's), watched for the user's zooms and pans."""
+        figures = [build() for build in builders]
+        rng = Range1d(figures[0].x_range.start, figures[0].x_range.end, name="x")
+        for fig in figures:
+            fig.x_range = rng
 
-            def changed(attr, old, new) -> None:
+        def moved(attr, old, new) -> None:
+            if not self._setting_range:
                 self._on_range(x_range=(rng.start, rng.end))
 
-            rng.on_change("start", changed)
-            rng.on_change("end", changed)
+        rng.on_change("start", moved)
+        rng.on_change("end", moved)
+        self._shown_range = (rng.start, rng.end)
+        self._plot_sets.append(_PlotSet(rng, list(zip(builders, figures)), self._draw_mark()))
+        return [pn.pane.Bokeh(fig, sizing_mode="stretch_width") for fig in figures]
 
-        return hook
-
-    def watched(self, element):
-        """``element`` (a time plot's overlay) with its x range watched."""
-        return element.opts(hv.opts.Overlay(hooks=[tl.frame_hook, self.range_hook()]))
+    def _redraw(self, *_) -> None:
+        mark = self._draw_mark()
+        for plots in self._plot_sets:
+            if plots.mark == mark:
+                continue
+            plots.mark = mark
+            fresh = [build() for build, _ in plots.figures]
+            for (_, shown), new in zip(plots.figures, fresh):
+                tf.redraw(shown, new)
+            self._setting_range = True
+            try:
+                plots.x_range.update(start=fresh[0].x_range.start, end=fresh[0].x_range.end)
+            finally:
+                self._setting_range = False
+            self._shown_range = (plots.x_range.start, plots.x_range.end)
 
     def _on_range(self, x_range=None, **_) -> None:
         if x_range is None or None in x_range:
@@ -257,7 +302,7 @@ def key_pane(markup: str = "") -> pn.pane.HTML:
                         margin=(0, 10, 0, 10))
 
 
-def scrolling(pane: pn.pane.HoloViews) -> pn.Column:
+def scrolling(pane: pn.pane.Bokeh) -> pn.Column:
     """A lane plot taller than the screen scrolls inside its own box (its lanes stay readable,
     the plots below stay in view)."""
     return pn.Column(pane, scroll=True, max_height=style.MAX_VISIBLE_PLOT_PX,
@@ -384,13 +429,6 @@ class Overview(View):
                                       "select one to follow it on the timeline</span>",
                                       stylesheets=[CSS]),
                          self._table, holdings, sizing_mode="stretch_width")
-
-
-def linked_plots(*plots) -> list[pn.pane.HoloViews]:
-    """One page-wide pane per plot; Panel links their x-ranges through their shared time
-    dimension."""
-    return [pn.pane.HoloViews(plot, sizing_mode="stretch_width", linked_axes=True)
-            for plot in plots]
 
 
 def newest_critical(data: DataStore) -> str | None:

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import holoviews as hv
 import pandas as pd
 import pytest
 
 from rolloutscope.collectors.exporter import instrument
+from rolloutscope.dashboard import time_figures as tf
 from rolloutscope.dashboard import timeline_plot as tl
 from rolloutscope.store import RunStore
 from tests.store_kinds import STORE_KINDS, store_target
@@ -168,11 +168,11 @@ def p1_store(p1_path) -> Iterator[RunStore]:
         yield store
 
 
-def serving_lines(plot: hv.Overlay) -> dict[str, pd.DataFrame]:
-    """What ``timeline_plot.serving_plot`` draws, back as each line's steps (t, serving):
+def serving_lines(plot) -> dict[str, pd.DataFrame]:
+    """What ``time_figures.serving_plot`` draws, back as each line's steps (t, serving):
     where each level starts, and the line's last value at its end."""
-    seg = plot.get(0).dframe()
-    t = seg.columns[0]
+    seg = tf.layer(plot, "lines")
+    t = "t"
     out = {}
     for what in tl.SERVING_LINES:
         mine = seg[seg.what == what]

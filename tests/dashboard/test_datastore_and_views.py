@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-import holoviews as hv
 import panel as pn
 import pytest
 
@@ -20,7 +19,6 @@ from tests.store.conftest import SpanKit
 
 from .conftest import RUN, SCRIPT, serving_lines
 
-RENDERER = hv.renderer("bokeh")
 
 
 @pytest.fixture
@@ -86,7 +84,7 @@ class TestDataStore:
             samples = data.frames["serving_samples"].sort_values("ts_ns")
             assert samples[["router_serving", "fleet_serving"]].values.tolist() == [
                 [4.0, 4.0], [3.0, 2.0]]
-            lines = serving_lines(Fleet(data)._serving(data.version))
+            lines = serving_lines(Fleet(data).serving_figure())
             assert lines["router serving backends"].values.tolist() == [[10.0, 4.0], [40.0, 3.0]]
         finally:
             inst.shutdown()
@@ -169,19 +167,20 @@ class TestViews:
 
     def test_selecting_an_incident_zooms_the_timeline_and_whole_run_resets_it(self, data):
         timeline = Timeline(data)
-        plot = RENDERER.get_plot(timeline.lanes)
-        whole = (plot.state.x_range.start, plot.state.x_range.end)
+        plot, _, _ = timeline.plots()
+        whole = (plot.object.x_range.start, plot.object.x_range.end)
         assert whole == (0.0, 800.0)
         p1 = data.incidents().query("kind == 'deadline_fired_while_parked'").incident_id.iloc[0]
         data.incident = p1
-        assert (plot.state.x_range.start, plot.state.x_range.end) == pytest.approx((142.8, 217.2))
+        assert (plot.object.x_range.start, plot.object.x_range.end) == pytest.approx(
+            (142.8, 217.2))
         timeline._whole_run()
-        assert (plot.state.x_range.start, plot.state.x_range.end) == whole
+        assert (plot.object.x_range.start, plot.object.x_range.end) == whole
 
     def test_the_rollout_filter_changes_the_lanes_drawn(self, data):
         timeline = Timeline(data)
-        plot = RENDERER.get_plot(timeline.lanes)
-        labels = lambda: set(plot.state.yaxis[0].major_label_overrides.values())  # noqa: E731
+        plot, _, _ = timeline.plots()
+        labels = lambda: set(plot.object.yaxis[0].major_label_overrides.values())  # noqa: E731
         assert {"r-7 try 0", "r-7 try 1"} <= labels() and "r-9 try 0" not in labels()
         data.rollout_filter = "failed"
         assert "r-9 try 0" in labels()

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import holoviews as hv
 import pytest
 
 from rolloutscope.store import RunStore
 from rolloutscope.vocabulary import IncidentKind
+from rolloutscope.dashboard import time_figures as tf
 from rolloutscope.dashboard import timeline_plot as tl
 from rolloutscope.dashboard.datastore import DataStore
 from rolloutscope.dashboard.incident_view import IncidentDetail
@@ -15,7 +15,6 @@ from rolloutscope.dashboard.incident_view import IncidentDetail
 from .conftest import serving_lines
 from .incident_zoo import build_zoo
 
-RENDERER = hv.renderer("bokeh")
 KINDS = sorted(k.value for k in IncidentKind)
 
 
@@ -45,12 +44,11 @@ def test_every_kind_draws_the_incident_and_what_its_summary_talks_about(zoo, zoo
     scene = detail.scene()
     lanes = tl.lanes_for(scene.frames)
     assert lanes.labels[0] == "incident"  # never an empty plot
-    plot = detail._lanes(data.version, 0, data.incident)
-    bars = sum(len(e) for e in plot if e.group == "Bars")
-    marks = sum(len(e) for e in plot if isinstance(e, hv.Points))
+    plot = detail.lane_figure()
+    bars, marks = len(tf.layer(plot, "bars")), len(tf.layer(plot, "marks"))
     # the incident's bar, and its evidence beside it, or (a divergence read from the
     # watchdog's metrics: no span) its lines on the serving plot
-    serving = detail._serving(data.version, 0, data.incident)
+    serving = detail.serving_figure()
     drawn = serving_lines(serving) if scene.serving else {}
     lines = [len(drawn.get(w, ())) for w in ("fleet serving shards", "router serving backends")]
     assert bars >= 1 and (bars + marks >= 2 or min(lines) >= 2), lanes.labels
@@ -66,7 +64,7 @@ def test_every_kind_draws_the_incident_and_what_its_summary_talks_about(zoo, zoo
     assert ev <= drawn | marked, sorted(ev - drawn - marked)
     assert "outside the model views" not in detail.story().object
     # the plot shows the incident: its start is inside the x range
-    xlim = plot.get(0).opts.get().kwargs["xlim"]
+    xlim = (plot.x_range.start, plot.x_range.end)
     start = (int(inc["start_ns"]) - data.origin_ns()) / 1e9
     assert xlim[0] <= start <= xlim[1]
 
@@ -81,12 +79,14 @@ def test_the_stall_draws_the_gauges_flat_the_watchdog_line_and_the_hung_weight_s
     assert len(sync) and sync.end_ns.isna().any()  # the refit that never ends
     assert "the watchdog's stall line" in set(scene.frames.events.name)
     assert {"stall_timeout_s passes", "the watchdog's stall line"} <= set(scene.marks.what)
-    gauges = detail._gauges(data.version, 0, data.incident)
-    flight, committed = gauges.get(1).dframe(), gauges.get(2).dframe()
+    gauges = detail.gauge_figure()
+    flight, committed = tf.layer(gauges, "in flight"), tf.layer(gauges, "committed")
     start = (int(data.selected_incident()["start_ns"]) - data.origin_ns()) / 1e9
-    after = committed[committed.t_incident > start]
-    assert after.committed.nunique() == 1  # nothing committed during the stall
-    assert flight[flight.t_incident > start + 60].in_flight.max() == 0  # nothing in flight
+    after = committed[committed.t > start]
+    assert len(after) and after.committed.nunique() == 1  # nothing committed in the stall
+    assert flight[flight.t > start + 60].in_flight.max() == 0  # nothing in flight
+    marks = tf.layer(gauges, "marks")
+    assert {"stall_timeout_s passes", "the watchdog's stall line"} <= set(marks.what)
     story = detail.story().object
     assert "A weight sync (refit)" in story and "it never ends" in story
     assert "The watchdog&#x27;s stall line" in story
@@ -101,5 +101,5 @@ def test_fleet_kinds_draw_their_shards_and_the_serving_line(zoo, zoo_store, kind
     subject = data.selected_incident()["subject"]
     if subject.startswith("shard "):
         assert subject in tl.lanes_for(scene.frames).labels
-    serving = detail._serving(data.version, 0, data.incident)
-    assert sum(len(e) for e in serving) > 0
+    serving = detail.serving_figure()
+    assert len(tf.layer(serving, "lines")) > 0

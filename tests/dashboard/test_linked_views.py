@@ -3,7 +3,6 @@ headless through the DataStore's and the views' parameters over real store files
 
 from __future__ import annotations
 
-import holoviews as hv
 import panel as pn
 import pytest
 
@@ -16,11 +15,11 @@ from rolloutscope.replay.runner import replay_into_store
 from rolloutscope.replay.scenarios import get
 from rolloutscope.store import RunStore
 
-RENDERER = hv.renderer("bokeh")
 
 
-def x_range(plot):
-    return (plot.state.x_range.start, plot.state.x_range.end)
+def x_range(pane):
+    """The x range a time plot's pane shows (what the browser draws)."""
+    return (pane.object.x_range.start, pane.object.x_range.end)
 
 
 class TestOneTimeRange:
@@ -28,7 +27,7 @@ class TestOneTimeRange:
         data = DataStore(p1_store)
         timeline, fleet = Timeline(data), Fleet(data)
         fleet.shown = False
-        shards = RENDERER.get_plot(fleet.lane_plot)
+        shards, _ = fleet.plots()
         assert x_range(shards) == (0.0, 800.0)
         timeline._on_range(x_range=(100.0, 300.0))  # what the browser reports on a zoom
         assert data.time_range == (100.0, 300.0)
@@ -39,14 +38,14 @@ class TestOneTimeRange:
     def test_the_echo_of_a_drawn_range_is_not_a_zoom(self, p1_store):
         data = DataStore(p1_store)
         timeline = Timeline(data)
-        RENDERER.get_plot(timeline.lanes)
+        timeline.plots()
         timeline._on_range(x_range=timeline._shown_range)
         assert data.time_range is None
 
     def test_whole_run_resets_every_plot(self, p1_store):
         data = DataStore(p1_store)
         timeline, fleet = Timeline(data), Fleet(data)
-        shards = RENDERER.get_plot(fleet.lane_plot)
+        shards, _ = fleet.plots()
         data.show_range((10.0, 20.0))
         assert x_range(shards) == (10.0, 20.0)
         timeline._whole_run()
@@ -55,7 +54,7 @@ class TestOneTimeRange:
     def test_picking_an_incident_brings_every_tab_onto_it(self, p1_store):
         data = DataStore(p1_store)
         fleet = Fleet(data)
-        shards = RENDERER.get_plot(fleet.lane_plot)
+        shards, _ = fleet.plots()
         q = data.incidents().query("kind == 'quarantine'").incident_id.iloc[0]
         data.incident = q
         lo, hi = x_range(shards)
@@ -83,7 +82,7 @@ class TestDeepLink:
         dash = app.dashboard
         assert app[1].active == TAB_NAMES.index("Incident")
         assert dash.data.incident == q and dash.data.time_range == (250.0, 400.0)
-        plot = RENDERER.get_plot(dash.incident.lanes)
+        plot, _, _ = dash.incident.plots()
         assert x_range(plot) == (250.0, 400.0)
 
     def test_a_stale_link_still_opens(self, p1_store):

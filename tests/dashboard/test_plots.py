@@ -1,4 +1,5 @@
-"""Plot builders checked as data: frames in, HoloViews elements out."""
+"""Plot builders checked as data: frames in, Bokeh figures (the time plots) and HoloViews
+elements (the rest) out."""
 
 from __future__ import annotations
 
@@ -6,17 +7,17 @@ import holoviews as hv
 import numpy as np
 import pandas as pd
 import pytest
-from bokeh.models import HoverTool
+from bokeh.models import FixedTicker, HoverTool, LinearAxis, Line, Quad, Scatter, Segment
 from holoviews.element.comparison import assert_element_equal
 
 from rolloutscope.dashboard import plots, style
+from rolloutscope.dashboard import time_figures as tf
 from rolloutscope.dashboard import timeline_plot as tl
 from rolloutscope.dashboard.story import incident_story, story_html
 
 from .conftest import serving_lines
 
 hv.renderer("bokeh")
-TIME = hv.Dimension("t", label="time since run start (s)")
 S = 10**9
 T0 = 1_000 * S
 
@@ -121,50 +122,42 @@ class TestLanePlot:
         assert (fired.x, fired.lane, fired.detail) == (180.0, "r-7 try 0", "while parked")
 
     def test_every_instant_draws_in_one_layer_with_its_kind_s_marker(self, p1_frames):
-        from bokeh.models import Scatter
-
         marks = tl.instants(p1_frames, tl.lanes_for(p1_frames), T0)
-        plot = tl.lane_plot(p1_frames, t0_ns=T0, now_ns=ns(400))
-        layer = plot.get(2)
-        assert (type(layer), layer.group) == (hv.Points, "Marks")
-        drawn = layer.dframe()
+        fig = tf.lane_plot(p1_frames, t0_ns=T0, now_ns=ns(400))
+        layer = fig.renderers[2]
+        assert (type(layer.glyph), layer.name) == (Scatter, "marks")
+        drawn = tf.layer(fig, "marks")
         assert len(drawn) == sum(len(m) for m in marks.values()) > 0
         at = 0
         for kind, mk in marks.items():  # in the kinds' order: later kinds on top
             rows = drawn.iloc[at:at + len(mk)]
             at += len(mk)
             st = tl.MARKER_STYLE[kind]
-            assert rows.t.tolist() == mk.x.tolist() and rows.lane.tolist() == mk.lane.tolist()
+            assert rows.x.tolist() == mk.x.tolist() and rows.lane.tolist() == mk.lane.tolist()
             assert set(rows.marker) <= {st["marker"]} and set(rows["size"]) <= {st["size"]}
             assert set(rows.line) <= {st.get("line_color", st.get("color"))}
             assert set(rows.fill) <= {st.get("fill_color", st.get("color"))}
-        fig = hv.render(plot)
-        [glyph] = [r.glyph for r in fig.renderers if isinstance(r.glyph, Scatter)]
-        assert glyph.marker == "marker" or getattr(glyph.marker, "field", None) == "marker"
+        for prop, col in (("marker", "marker"), ("size", "size"), ("fill_color", "fill"),
+                          ("line_color", "line"), ("line_width", "line_width")):
+            assert getattr(layer.glyph, prop).field == col, prop  # one value per marker
 
     def test_evidence_is_outlined_and_stalls_are_shaded_to_now(self, p1_frames):
-        plot = tl.lane_plot(p1_frames, t0_ns=T0, now_ns=ns(400))
-        stall, bars = plot.get(0), plot.get(1)
+        fig = tf.lane_plot(p1_frames, t0_ns=T0, now_ns=ns(400))
         lanes = len(tl.lanes_for(p1_frames).labels)
-        assert_element_equal(stall, hv.Rectangles(
-            pd.DataFrame({"t": [300.0], "y": [-lanes + 0.5], "t_end": [400.0], "y_top": [0.5],
-                          "what": ["stall"], "detail": ["stalled"], "color": [style.STALL],
-                          "alpha": [0.10]}),
-            [TIME, "y", "t_end", "y_top"], ["what", "detail", "color", "alpha"],
-            group="Shade"))
-        drawn = bars.dframe()
+        pd.testing.assert_frame_equal(tf.layer(fig, "shade"), pd.DataFrame({
+            "x0": [300.0], "y0": [-lanes + 0.5], "x1": [400.0], "y1": [0.5], "what": ["stall"],
+            "detail": ["stalled"], "color": [style.STALL], "alpha": [0.10]}), check_dtype=False)
+        drawn = tf.layer(fig, "bars")
         outlined = drawn[drawn.line == style.EVIDENCE]
         assert outlined.span_id.tolist() == ["park"]  # the deadline is a marker
         assert outlined.line_width.tolist() == [2.5] and drawn.span_id.iloc[-1] == "park"
 
     def test_every_bar_draws_in_one_layer_closed_then_open_then_evidence(self, p1_frames):
-        from bokeh.models import Quad
-
         rects = tl.interval_rects(p1_frames, tl.lanes_for(p1_frames), T0, ns(400))
-        plot = tl.lane_plot(p1_frames, t0_ns=T0, now_ns=ns(400))
-        assert [(type(e), e.group) for e in plot] == [
-            (hv.Rectangles, "Shade"), (hv.Rectangles, "Bars"), (hv.Points, "Marks")]
-        bars = plot.get(1).dframe()
+        fig = tf.lane_plot(p1_frames, t0_ns=T0, now_ns=ns(400))
+        assert [(type(r.glyph), r.name) for r in fig.renderers] == [
+            (Quad, "shade"), (Quad, "bars"), (Scatter, "marks")]
+        bars = tf.layer(fig, "bars")
         assert sorted(bars.span_id) == sorted(rects.span_id)  # every bar, once
         evid = bars.span_id.isin(p1_frames.evidence)
         is_open = bars.end_s.eq("open") & ~evid
@@ -175,20 +168,28 @@ class TestLanePlot:
         assert set(bars.fill_alpha[bars.end_s.eq("open")]) == {0.45}
         assert set(bars.fill_alpha[~bars.end_s.eq("open")]) == {1.0}
         assert set(bars.line[closed]) == {"white"} and set(bars.line[is_open]) == {"#6b7785"}
-        fig = hv.render(plot)
-        [bar] = [r for r in fig.renderers
-                 if isinstance(r.glyph, Quad) and "span_id" in r.data_source.data]
+        [bar] = [r for r in fig.renderers if r.name == "bars"]
         for prop, col in (("line_dash", "dash"), ("line_color", "line"),
-                          ("line_width", "line_width"), ("fill_alpha", "fill_alpha")):
-            field = getattr(bar.glyph, prop).field  # one value per bar, not one per layer
-            assert list(bar.data_source.data[field]) == bars[col].tolist(), prop
+                          ("line_width", "line_width"), ("fill_alpha", "fill_alpha"),
+                          ("fill_color", "color")):
+            assert getattr(bar.glyph, prop).field == col, prop  # one value per bar
+
+    def test_lanes_fill_the_plot_and_carry_their_labels(self, p1_frames):
+        fig = tf.lane_plot(p1_frames, t0_ns=T0, now_ns=ns(400))
+        labels = tl.lanes_for(p1_frames).labels
+        assert fig.height == style.lane_plot_height(len(labels))
+        assert (fig.y_range.start, fig.y_range.end) == (-len(labels) + 0.5, 0.5)
+        [axis] = fig.yaxis
+        assert isinstance(axis.ticker, FixedTicker)
+        assert [axis.major_label_overrides[t] for t in axis.ticker.ticks] == list(labels)
+        assert (fig.x_range.start, fig.x_range.end) == (0.0, 400.0)
 
     def test_the_selected_incident_shades_over_the_stall_in_the_same_layer(self, p1_frames):
-        plot = tl.lane_plot(p1_frames, t0_ns=T0, now_ns=ns(400), highlight=(10.0, 20.0))
-        shade = plot.get(0).dframe()
+        fig = tf.lane_plot(p1_frames, t0_ns=T0, now_ns=ns(400), highlight=(10.0, 20.0))
+        shade = tf.layer(fig, "shade")
         assert shade[["what", "color", "alpha"]].values.tolist() == [
             ["stall", style.STALL, 0.10], ["selected incident", style.INCIDENT_SPAN, 0.25]]
-        assert shade.t.tolist() == [300.0, 10.0] and shade.t.dtype == "float64"
+        assert shade.x0.tolist() == [300.0, 10.0] and shade.x0.dtype == "float64"
 
     def test_text_columns_type_text_and_leave_the_rest(self):
         df = pd.DataFrame({"name": [pd.NA, "a"], "n": pd.Series([None, 1.5], dtype=object),
@@ -199,23 +200,53 @@ class TestLanePlot:
         empty = tl.text_columns(pd.DataFrame({"t": pd.Series([], dtype=object)}))
         assert empty.t.dtype == object  # nothing says it is text
 
+    def test_missing_text_reaches_the_browser_as_null(self):
+        src = tf.source(pd.DataFrame({"name": pd.array([pd.NA, "a"], dtype="string"),
+                                      "x": [1.0, np.nan]}))
+        assert list(src.data["name"]) == [None, "a"] and np.isnan(src.data["x"][1])
+
     def test_layers_are_the_same_whatever_the_data(self, p1_frames):
         empty = tl.TimelineFrames(**{f: getattr(p1_frames, f).iloc[:0] for f in (
             "checkpoint_windows", "checkpoint_ops", "shard_states", "rollout_attempts",
             "parked_intervals", "deadlines", "completions", "incidents")})
-        full = tl.lane_plot(p1_frames, t0_ns=T0, now_ns=ns(400))
-        none = tl.lane_plot(empty, t0_ns=T0, now_ns=ns(400))
-        assert [(type(e), e.group, e.label) for e in full] == \
-            [(type(e), e.group, e.label) for e in none]
+        full = tf.lane_plot(p1_frames, t0_ns=T0, now_ns=ns(400))
+        none = tf.lane_plot(empty, t0_ns=T0, now_ns=ns(400))
+
+        def layers(fig):
+            return [(type(r.glyph), r.name, sorted(r.data_source.data)) for r in fig.renderers]
+
+        assert layers(full) == layers(none)
 
     def test_a_bar_whose_centre_is_off_screen_still_hovers(self, p1_frames):
         # zoomed onto 250-300 s: the shard's bar (0 s to now) and the open try's bar have
         # their centres outside the view; a tooltip anchored at the centre would be dropped
-        plot = tl.lane_plot(p1_frames, t0_ns=T0, now_ns=ns(1200), xlim=(250.0, 300.0))
-        figure = hv.renderer("bokeh").get_plot(plot).state
+        fig = tf.lane_plot(p1_frames, t0_ns=T0, now_ns=ns(1200), xlim=(250.0, 300.0))
         policies = {type(r.glyph).__name__: t.point_policy
-                    for t in figure.select(type=HoverTool) for r in t.renderers}
+                    for t in fig.tools if isinstance(t, HoverTool) for r in t.renderers}
         assert policies == {"Quad": "follow_mouse", "Scatter": "snap_to_data"}
+        [bars] = [t for t in fig.tools if isinstance(t, HoverTool)
+                  and t.renderers[0].name == "bars"]
+        assert bars.tooltips == tl.RECT_TOOLTIPS  # the span's name, times, state, details
+
+    def test_a_redraw_moves_the_fresh_figure_s_rows_onto_the_shown_one(self, p1_frames):
+        shown = tf.lane_plot(p1_frames, t0_ns=T0, now_ns=ns(400))
+        fewer = tl.TimelineFrames(**{f: getattr(p1_frames, f) for f in (
+            "checkpoint_windows", "checkpoint_ops", "shard_states", "parked_intervals",
+            "deadlines", "completions", "incidents")},
+            rollout_attempts=p1_frames.rollout_attempts.iloc[:1], rollout_ids=("r-7",))
+        fresh = tf.lane_plot(fewer, t0_ns=T0, now_ns=ns(500), xlim=(1.0, 2.0))
+        models = [r.data_source for r in shown.renderers]
+        x_range = (shown.x_range.start, shown.x_range.end)
+        tf.redraw(shown, fresh)
+        assert [r.data_source for r in shown.renderers] == models  # the same models
+        for name in ("shade", "bars", "marks"):
+            pd.testing.assert_frame_equal(tf.layer(shown, name), tf.layer(fresh, name))
+        assert shown.height == fresh.height
+        assert (shown.y_range.start, shown.y_range.end) == (fresh.y_range.start,
+                                                            fresh.y_range.end)
+        assert shown.yaxis[0].ticker.ticks == fresh.yaxis[0].ticker.ticks
+        assert shown.yaxis[0].major_label_overrides == fresh.yaxis[0].major_label_overrides
+        assert (shown.x_range.start, shown.x_range.end) == x_range  # the tab's, not redrawn
 
     def test_focus_covers_the_incident_and_its_evidence_with_padding(self, p1_frames):
         incident = {"start_ns": ns(180), "end_ns": ns(180)}
@@ -227,7 +258,7 @@ class TestServing:
     def test_serving_count_steps_down_when_a_shard_leaves_and_holds_to_now(self):
         shards = frame([shard(0, "healthy", 0, None), shard(1, "healthy", 0, 10),
                         shard(1, "dead", 10, None, serving=False)], SHARD_COLS)
-        plot = tl.serving_plot(shards, t0_ns=T0, now_ns=ns(30))
+        plot = tf.serving_plot(shards, t0_ns=T0, now_ns=ns(30))
         lines = serving_lines(plot)
         assert lines["fleet serving shards"].values.tolist() == [[0.0, 2.0], [10.0, 1.0],
                                                                 [30.0, 1.0]]
@@ -235,14 +266,12 @@ class TestServing:
         assert lines["router serving backends"].empty
 
     def test_every_line_is_a_segment_of_one_layer_with_its_own_style(self):
-        from bokeh.models import Segment
-
         shards = frame([shard(0, "healthy", 0, None), shard(1, "healthy", 0, 10),
                         shard(1, "dead", 10, None, serving=False)], SHARD_COLS)
         router = pd.DataFrame({"t": [5.0, 20.0], "serving": [2.0, 1.0]})
-        plot = tl.serving_plot(shards, t0_ns=T0, now_ns=ns(30), router=router)
-        assert [(type(e), e.group) for e in plot] == [(hv.Segments, "Lines")]
-        seg = plot.get(0).dframe()
+        plot = tf.serving_plot(shards, t0_ns=T0, now_ns=ns(30), router=router)
+        assert [(type(r.glyph), r.name) for r in plot.renderers] == [(Segment, "lines")]
+        seg = tf.layer(plot, "lines")
         # the fleet's line: 2 from 0 to 10 s, the fall to 1 at 10 s, 1 to now
         fleet = seg[seg.what == "fleet serving shards"]
         assert fleet[["t", "y0", "t_end", "y1", "serving"]].values.tolist() == [
@@ -254,9 +283,8 @@ class TestServing:
             mine = seg[seg.what == what]
             assert len(mine) and set(mine.color) == {color} and set(mine.dash) == {dash}
             assert set(mine.width) == {width}
-        fig = hv.render(plot)
-        assert not fig.title.text  # the tab's heading names it; no "Lines" over the plot
-        [line] = [r for r in fig.renderers if isinstance(r.glyph, Segment)]
+        assert not plot.title.text  # the tab's heading names it; nothing over the plot
+        [line] = plot.renderers
         for prop, col in (("line_dash", "dash"), ("line_color", "color"),
                           ("line_width", "width")):
             field = getattr(line.glyph, prop).field
@@ -266,6 +294,43 @@ class TestServing:
         assert tl.step_segments([3.0], [1.0], "router serving backends").empty
         assert list(tl.step_segments([], [], "shards in fleet").columns) == \
             tl.SEGMENT_COLUMNS
+
+
+class TestGauges:
+    def test_tries_in_flight_and_committed_step_on_their_own_axes_under_the_marks(self):
+        g = pd.DataFrame({"t": [0.0, 10.0, 20.0], "in_flight": [1.0, 3.0, 0.0],
+                          "committed": [0.0, 0.0, 4.0]})
+        marks = pd.DataFrame({"t": [15.0], "what": ["the watchdog's stall line"],
+                              "detail": ["no progress"]})
+        fig = tf.rollout_gauges(g, xlim=(0.0, 30.0), marks=marks,
+                                committed_label="finished so far")
+        assert [(type(r.glyph), r.name) for r in fig.renderers] == [
+            (Segment, "marks"), (Line, "in flight"), (Line, "committed")]
+        # each value held until the next change (steps after), not a line between samples
+        assert tf.layer(fig, "in flight").values.tolist() == [
+            [0.0, 1.0], [10.0, 1.0], [10.0, 3.0], [20.0, 3.0], [20.0, 0.0]]
+        assert tf.layer(fig, "committed").committed.tolist() == [0.0, 0.0, 0.0, 0.0, 4.0]
+        [committed] = [r for r in fig.renderers if r.name == "committed"]
+        assert committed.y_range_name == "committed"
+        assert fig.extra_y_ranges["committed"].end == pytest.approx(4.0 * 1.15)
+        assert fig.y_range.end == pytest.approx(3.0 * 1.15)
+        [right] = [a for a in fig.right if isinstance(a, LinearAxis)]
+        assert (right.y_range_name, right.axis_label) == ("committed", "finished so far")
+        assert tf.layer(fig, "marks")[["t", "what"]].values.tolist() == [
+            [15.0, "the watchdog's stall line"]]
+        tips = {t.renderers[0].name: dict(t.tooltips) for t in fig.tools
+                if isinstance(t, HoverTool)}
+        assert tips["committed"]["finished so far"] == "@committed"
+        assert tips["marks"] == dict(tl.SHADE_TOOLTIPS)
+
+    def test_no_tries_is_still_a_plot_of_the_same_layers(self):
+        g, sampled = tl.rollout_gauges_frame(pd.DataFrame(columns=["start_ns", "end_ns",
+                                                                   "outcome"]),
+                                             t0_ns=0, now_ns=10 * S)
+        fig = tf.rollout_gauges(g, xlim=(0.0, 10.0))
+        assert not sampled and [r.name for r in fig.renderers] == [
+            "marks", "in flight", "committed"]
+        assert tf.layer(fig, "in flight").empty
 
 
 class TestPanels:

@@ -7,13 +7,13 @@ The store holds ``snapshot-outlasts-deadline`` replayed as captured and with
 
 from __future__ import annotations
 
-import holoviews as hv
 import pandas as pd
 import panel as pn
 import pytest
 
 from rolloutscope.store import RunStore
 from rolloutscope.dashboard import replay_plot as rp
+from rolloutscope.dashboard import time_figures as tf
 from rolloutscope.dashboard.app import build_app
 from rolloutscope.dashboard.datastore import DataStore
 from rolloutscope.dashboard.replay_view import Replay
@@ -82,9 +82,19 @@ class TestReplayPlot:
         full = rp.replay_timeline(BEFORE, lanes, title="before", xlim=(0, 300),
                                   highlight=(179, 181))
         none = rp.replay_timeline(BEFORE.iloc[:0], lanes, title="after", xlim=(0, 300))
-        assert [(type(e), e.group, e.label) for e in full] == \
-            [(type(e), e.group, e.label) for e in none]
-        assert full.get(0).dframe()[["t_replay", "t_end"]].values.tolist() == [[179.0, 181.0]]
+
+        def layers(fig):
+            return [(type(r.glyph), r.name, sorted(r.data_source.data)) for r in fig.renderers]
+
+        assert layers(full) == layers(none)
+        assert [r.name for r in full.renderers] == ["highlight", "intervals", "marks"]
+        assert tf.layer(full, "highlight")[["t_replay", "t_end"]].values.tolist() == [
+            [179.0, 181.0]]
+        assert full.title.text == "before"
+        marks = tf.layer(full, "marks")  # every kind in one layer, each with its marker
+        assert marks[["t_replay", "marker"]].values.tolist() == [
+            [180.0, "x"], [240.0, "circle"], [180.0, "inverted_triangle"]]
+        assert marks.fill.tolist()[1] == "white"  # the unacknowledged completion is hollow
 
     def test_verdicts_say_what_the_replay_did_to_each_incident(self):
         def incidents(*rows):
@@ -116,14 +126,12 @@ class TestReplayView:
 
     def test_selecting_an_incident_zooms_both_timelines_to_it(self, pair):
         view = Replay(pair)
-        renderer = hv.renderer("bokeh")
-        before = renderer.get_plot(view.before_plot)
-        after = renderer.get_plot(view.after_plot)
+        before, after = (pane.object for pane in view.plots())
         inc = pair.incidents().query("kind == 'deadline_fired_while_parked'").iloc[0]
         pair.incident = inc.incident_id
         t = view._before_incidents.set_index("incident_id").start_s[inc.incident_id]
         for plot in (before, after):
-            assert (plot.state.x_range.start, plot.state.x_range.end) == pytest.approx(
+            assert (plot.x_range.start, plot.x_range.end) == pytest.approx(
                 (t - 60.0, t + 120.0))
 
     def test_a_file_with_one_run_says_how_to_write_a_replay_into_it(self, p1_store):
