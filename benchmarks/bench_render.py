@@ -74,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spans", type=int, default=10_000_000)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--db", type=Path, help="an existing run file instead of a synthetic one")
+    ap.add_argument("--views", nargs="+", choices=VIEWS, default=list(VIEWS),
+                    help="the views to time (default: all)")
     ap.add_argument("--load-reps", type=int, default=0,
                     help="time the DataStore load this many times each way first")
     args = ap.parse_args(argv)
@@ -124,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                 render_ms(data, name)
             print(f"{'view':<12} {'baseline ms':>12} {'now ms':>8} {'now/baseline':>13}  "
                   f"target {TARGET_MS:.0f} ms (median of {args.reps})")
-            for name in VIEWS:
+            for name in args.views:
                 base, now = [], []
                 for _ in range(args.reps):
                     base.append(render_ms(loaded[False], name))

@@ -46,6 +46,7 @@ from rolloutscope.store.errors import StoreError
 from rolloutscope.store.store import as_text
 from rolloutscope.vocabulary import SpanName
 
+from rolloutscope.dashboard.selection import is_in, rows_where
 from rolloutscope.dashboard.timeline_plot import (
     EVENT_COLUMNS,
     SPAN_COLUMNS,
@@ -522,10 +523,10 @@ class DataStore(param.Parameterized):
         if ev:
             for name in ("rollout_attempts", "parked_intervals", "checkpoint_ops",
                          "shard_states", "checkpoint_windows"):
-                df = self.frames[name]
-                if not len(df) or "span_id" not in df:
+                df = self.evidence_rows(name)
+                if not len(df):
                     continue
-                rows = df[df.span_id.isin(ev)]
+                rows = df[is_in(df.span_id, ev)]
                 if len(rows):
                     lo = min(lo, max(int(rows.start_ns.min()), start - reach))
                     hi = max(hi, min(int(rows.end_ns.fillna(now).max()), end + reach))
@@ -547,9 +548,10 @@ class DataStore(param.Parameterized):
         lo, hi = t0 + int(window[0] * 1e9), t0 + int(window[1] * 1e9)
         known = set()
         ev = self.evidence(incident)
-        for df in self.frames.values():
-            if len(df) and "span_id" in df and ev:
-                known |= set(df.span_id[df.span_id.isin(ev)].astype(str))
+        for name in self.frames if ev else ():
+            df = self.evidence_rows(name)
+            if len(df):
+                known |= set(df.span_id[is_in(df.span_id, ev)].astype(str))
         outside = sorted(ev - known)
         names = list(dict.fromkeys(CONTEXT_SPANS.get(str(incident["kind"]), ())
                                    + ALWAYS_CONTEXT))
@@ -622,9 +624,11 @@ class DataStore(param.Parameterized):
         return max(ends) if ends else self.origin_ns()
 
     def incidents(self) -> pd.DataFrame:
-        """Incidents newest first."""
-        return self.frames["incidents"].sort_values(["start_ns", "incident_id"],
-                                                    ascending=[False, True])
+        """Incidents newest first (remembered per version: a first render asks a dozen
+        times)."""
+        return self.derived(("incidents_newest_first",), ("incidents",),
+                            lambda: self.frames["incidents"].sort_values(
+                                ["start_ns", "incident_id"], ascending=[False, True]))
 
     def selected_incident(self) -> Mapping | None:
         if not self.incident:
@@ -663,13 +667,12 @@ class DataStore(param.Parameterized):
         return self.derived(("prompt_groups",), ("rollout_attempts",),
                             lambda: prompt_groups(self.frames["rollout_attempts"]))
 
-    def grouped_rollout_ids(self, name: str, rows: pd.Series | None = None) -> pd.Series:
-        """``group_rollout_ids`` of a Gym-side frame (parked intervals, completions), or of its
-        ``rows`` (a boolean mask) only: at 10M spans mapping every row costs 0.3 s."""
-        df, attempts = self.frames[name], self.frames["rollout_attempts"]
-        df = df if rows is None else df[rows]
-        groups = self.prompt_groups() if len(df) and len(attempts) else None
-        return group_rollout_ids(df, attempts, groups)
+    def grouped_rollout_ids(self, rows: pd.DataFrame) -> pd.Series:
+        """``group_rollout_ids`` of rows of a Gym-side frame (parked intervals, completions):
+        map only the rows asked about, at 10M spans mapping every row costs 0.3 s."""
+        attempts = self.frames["rollout_attempts"]
+        groups = self.prompt_groups() if len(rows) and len(attempts) else None
+        return group_rollout_ids(rows, attempts, groups)
 
     def rows_of_rollouts(self, name: str, ids: set[str]) -> pd.DataFrame:
         """The rows of ``name`` drawn on the lanes of ``ids``, their ``rollout_id`` the lane's
@@ -678,14 +681,36 @@ class DataStore(param.Parameterized):
         if not len(df) or not ids:
             return df.iloc[:0]
         if name not in ("parked_intervals", "completions") or "prompt_idx" not in df:
-            return df[df.rollout_id.isin(ids)]
+            return rows_where(df, is_in(df.rollout_id, ids))
         groups = self.prompt_groups()
         # a row lands on a lane of ids through its prompt's group, or (a prompt no try names)
         # its own id: keep those rows, then map only them
-        maybe = df.prompt_idx.isin(groups.index[groups.isin(ids)]) | df.rollout_id.isin(ids)
-        sub = df[maybe]
-        sub = sub.assign(rollout_id=self.grouped_rollout_ids(name, maybe))
-        return sub[sub.rollout_id.isin(ids)]
+        sub = rows_where(df, is_in(df.prompt_idx, groups.index[is_in(groups, ids)])
+                         | is_in(df.rollout_id, ids))
+        sub = sub.assign(rollout_id=self.grouped_rollout_ids(sub))
+        return sub[is_in(sub.rollout_id, ids)]
+
+    def all_evidence(self) -> frozenset[str]:
+        """Every span id some incident names as evidence."""
+        return self.derived(("all_evidence",), ("incidents",), lambda: frozenset(
+            str(e) for ev in self.frames["incidents"].evidence for e in _listish(ev)))
+
+    def evidence_rows(self, name: str) -> pd.DataFrame:
+        """The rows of frame ``name`` that some incident names as evidence: one incident's
+        evidence is looked up among these, not among every row (at 10M spans a scan of the
+        tries' span ids is ~10 ms, and a first render of the Incident tab asked for a dozen)."""
+        return self.derived(("evidence_rows", name), (name, "incidents"),
+                            lambda: self._evidence_rows(name))
+
+    def _evidence_rows(self, name: str) -> pd.DataFrame:
+        df = self.frames[name]
+        if not len(df) or "span_id" not in df:
+            return df.iloc[:0]
+        return rows_where(df, is_in(df.span_id, self.all_evidence()))
+
+    def evidence_frames(self) -> dict[str, pd.DataFrame]:
+        """``evidence_rows`` of every frame (what an incident's story reads)."""
+        return {name: self.evidence_rows(name) for name in self.frames}
 
     def incident_rollouts(self, incident_id: str | None = None) -> set[str]:
         """Rollouts an incident names (``incident_id``, else the selected one, else every
@@ -704,17 +729,15 @@ class DataStore(param.Parameterized):
         out: set[str] = set()
         attempts = self.frames["rollout_attempts"]
         for name in ("rollout_attempts", "deadlines", "parked_intervals", "completions"):
-            df = self.frames[name]
-            if len(df) and "span_id" in df and spans:
-                hit = df.span_id.isin(spans)
-                if not hit.any():
-                    continue
-                ids = self.grouped_rollout_ids(name, hit) \
-                    if name in ("parked_intervals", "completions") else df.rollout_id[hit]
+            df = self.evidence_rows(name)
+            if len(df) and spans:
+                hit = df[is_in(df.span_id, spans)] if incident_id else df
+                ids = self.grouped_rollout_ids(hit) \
+                    if name in ("parked_intervals", "completions") else hit.rollout_id
                 out.update(ids.dropna().astype(str))
         subjects = {s.split(" try ")[0] for s in inc.subject.dropna().astype(str)}
         if len(attempts) and subjects:
-            known = attempts.rollout_id[attempts.rollout_id.isin(subjects)]
+            known = attempts.rollout_id[is_in(attempts.rollout_id, subjects)]
             out.update(known.astype(str))
         return out
 
@@ -731,14 +754,14 @@ class DataStore(param.Parameterized):
         mode = self.rollout_filter
         if mode == "in incidents":
             ids = self.incident_rollouts()
-            sel = att[att.rollout_id.isin(ids)]
+            sel = rows_where(att, is_in(att.rollout_id, ids))
         elif mode == "failed":
             sel = att[att.outcome.isin(["failed", "cancelled"])]
         elif mode == "redispatched":
             sel = att[att.attempt.fillna(0) > 0]
         elif mode == "parked":
             parked = set(as_text(self.frames["parked_intervals"].rollout_id.dropna()))
-            sel = att[att.rollout_id.isin(parked)]
+            sel = rows_where(att, is_in(att.rollout_id, parked))
         elif mode == "open":
             sel = att[att.outcome == "open"]
         else:

@@ -88,7 +88,8 @@ class IncidentDetail(TimeView):
             return pn.pane.HTML("<span class='rs-note'>No incident in this run yet; select one "
                                 "when it appears.</span>", stylesheets=[CSS])
         incidents = d.frames["incidents"]
-        st = incident_story(inc, d.frames, t0_ns=self._t0(), incidents=incidents,
+        # the story reads only evidence rows: those of every incident, not every row
+        st = incident_story(inc, d.evidence_frames(), t0_ns=self._t0(), incidents=incidents,
                             context=d.incident_context(inc, d.incident_window(inc)))
         cause = None
         if st.caused_by:

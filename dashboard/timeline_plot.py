@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from rolloutscope.dashboard import style
+from rolloutscope.dashboard.selection import rows_where
 from rolloutscope.vocabulary import SpanName
 
 S = 1e9
@@ -70,10 +71,13 @@ def group_rollout_ids(frame: pd.DataFrame, attempts: pd.DataFrame,
 
 def prompt_groups(attempts: pd.DataFrame) -> pd.Series:
     """``prompt_idx`` -> its prompt group's rollout id, from the first try listed (every try of
-    a group names the same one). Two columns only: a run's tries are hundreds of thousands of
-    rows of many columns."""
-    pairs = attempts[["prompt_idx", "rollout_id"]].dropna(subset=["prompt_idx"])
-    return pairs.drop_duplicates("prompt_idx").set_index("prompt_idx").rollout_id
+    a group names the same one). Of two columns only, and the ids of the first tries only
+    taken: a run's tries are hundreds of thousands of rows of many columns."""
+    prompts = attempts.prompt_idx
+    first = (prompts.notna() & ~prompts.duplicated()).to_numpy(dtype=bool)
+    ids = rows_where(attempts[["rollout_id"]], first).rollout_id
+    return pd.Series(ids.array, index=pd.Index(prompts.array[first], name="prompt_idx"),
+                     name="rollout_id")
 
 
 @dataclass(frozen=True)
