@@ -649,7 +649,7 @@ class DataStore(param.Parameterized):
         key = (what, self.run_id, *(self.frame_versions[f] for f in frames))
         value = self._derived.get(key)
         if value is None:
-            if len(self._derived) > 64:
+            if len(self._derived) > 256:  # stale versions pile up on a live run
                 self._derived.clear()
             value = self._derived[key] = compute()
         return value

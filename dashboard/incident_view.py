@@ -43,6 +43,12 @@ class IncidentDetail(TimeView):
         self._scene: Scene | None = None
 
     def shown_incident(self):
+        """The selected incident's row, else the newest critical one's (remembered per pick
+        and version: a first render asks for it from every part)."""
+        d = self.data
+        return d.derived(("shown_incident", d.incident), ("incidents",), self._shown_incident)
+
+    def _shown_incident(self):
         d = self.data
         inc = d.selected_incident()
         if inc is None and (newest := newest_critical(d)) is not None:
@@ -147,7 +153,7 @@ class IncidentDetail(TimeView):
         scene = self.scene()
         if scene is None:
             return key_pane("")
-        return key_pane(tl.key_html(tl.lane_key(scene.frames, highlight=True),
+        return key_pane(tl.key_html(tl.lane_key(scene.frames, t0_ns=self._t0(), highlight=True),
                                     note="hover any bar or marker for its span"))
 
     def __panel__(self):

@@ -98,7 +98,7 @@ def lane_plot(frames: tl.TimelineFrames, *, t0_ns: int, now_ns: int,
     marker). Its height follows the lane count (``style.lane_plot_height``), so lanes fill the
     plot.
     """
-    lanes = tl.lanes_for(frames)
+    lanes = frames.lanes
     span = (0.0, max((now_ns - t0_ns) / S, 1.0))
     xlim = xlim or span
     top, bottom = 0.5, -len(lanes.labels) + 0.5
@@ -121,7 +121,7 @@ def lane_plot(frames: tl.TimelineFrames, *, t0_ns: int, now_ns: int,
     hover(fig, bars, tl.RECT_TOOLTIPS, follow_mouse=True)
     if markers:
         marks = fig.scatter(x="x", y="y", source=source(
-            tl.marker_points(tl.instants(frames, lanes, t0_ns))), marker=field("marker"),
+            tl.marker_points(frames.marks_at(t0_ns))), marker=field("marker"),
             size=field("size"), fill_color=field("fill"), line_color=field("line"),
             line_width=field("line_width"), name="marks")
         hover(fig, marks, tl.mark_tooltips("x"))

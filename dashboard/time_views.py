@@ -117,7 +117,8 @@ class Timeline(TimeView):
         tries = len(d.frames["rollout_attempts"])
         rest = (f"; the gauges below count all {tries:,} tries" if total > len(ids) else "")
         frames = self._frames(rollout_ids=ids, evidence=d.evidence())
-        key = tl.key_html(tl.lane_key(frames, highlight=d.incident is not None))
+        key = tl.key_html(tl.lane_key(frames, t0_ns=d.origin_ns(),
+                                      highlight=d.incident is not None))
         return pn.pane.HTML(
             f"<span class='rs-note'>{html.escape(shown)} ({html.escape(which)}){rest}; "
             "wheel zooms time, drag pans, a zoom here applies to every tab; hover a bar or "

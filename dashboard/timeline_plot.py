@@ -15,12 +15,13 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
 
 from rolloutscope.dashboard import style
-from rolloutscope.dashboard.selection import rows_where
+from rolloutscope.dashboard.selection import is_in, rows_where
 from rolloutscope.vocabulary import SpanName
 
 S = 1e9
@@ -55,6 +56,19 @@ class TimelineFrames:
     evidence: frozenset[str] = field(default_factory=frozenset)  # span ids to outline
     spans: pd.DataFrame = field(default_factory=lambda: _empty_frame(SPAN_COLUMNS))
     events: pd.DataFrame = field(default_factory=lambda: _empty_frame(EVENT_COLUMNS))
+
+    # the plot and the key above it both ask for the lanes and the instants: made once
+    @cached_property
+    def lanes(self) -> Lanes:
+        """``lanes_for`` these frames."""
+        return lanes_for(self)
+
+    def marks_at(self, t0_ns: int) -> dict[str, pd.DataFrame]:
+        """``instants`` of these frames on their lanes, x in seconds since ``t0_ns``."""
+        made = self.__dict__.setdefault("_marks_at", {})
+        if t0_ns not in made:
+            made[t0_ns] = instants(self, self.lanes, t0_ns)
+        return made[t0_ns]
 
 
 def group_rollout_ids(frame: pd.DataFrame, attempts: pd.DataFrame,
@@ -122,14 +136,18 @@ def _int(v: object) -> str:
 
 
 def _text(s: pd.Series) -> pd.Series:
-    """Text of a column; missing values as ''."""
+    """Text of a column, as Python strings; missing values as ''. A text column in one pass
+    (a lane plot makes ~40 of these; three passes each were a tenth of its first render)."""
+    if isinstance(s.dtype, pd.StringDtype):
+        return pd.Series(s.to_numpy(dtype=object, na_value=""), index=s.index, dtype=object)
     return s.astype("object").where(s.notna(), "").astype(str)
 
 
 def _ints(s: pd.Series) -> pd.Series:
     """Integers as text; missing values as '-'."""
-    out = pd.to_numeric(s, errors="coerce").astype("Int64").astype(str)
-    return out.where(out != "<NA>", "-")
+    values = pd.to_numeric(s, errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+    return pd.Series([str(int(v)) if v == v else "-" for v in values], index=s.index,
+                     dtype=object)
 
 
 def participant_label(kind: object, instance: object) -> str:
@@ -475,9 +493,10 @@ def marker_points(marks: dict[str, pd.DataFrame]) -> pd.DataFrame:
 
 
 # -- what the colours and markers mean, above the plots --------------------------------------
-def lane_key(frames: TimelineFrames, *, markers: bool = True,
+def lane_key(frames: TimelineFrames, *, t0_ns: int = 0, markers: bool = True,
              highlight: bool = False) -> list[tuple[str, str, str]]:
-    """(label, symbol, colour) for each kind of bar and marker these frames draw."""
+    """(label, symbol, colour) for each kind of bar and marker these frames draw (``t0_ns``:
+    the plot's, so the instants it drew are not made again)."""
     out: list[tuple[str, str, str]] = []
     if len(frames.incidents) and (frames.incidents.kind == "stall").any():
         out.append(("stall", "■", "#f6d5da"))
@@ -506,8 +525,7 @@ def lane_key(frames: TimelineFrames, *, markers: bool = True,
     if len(frames.evidence):
         out.append(("evidence (outlined)", "□", style.EVIDENCE))
     if markers:
-        lanes = lanes_for(frames)
-        for kind, mk in instants(frames, lanes, 0).items():
+        for kind, mk in frames.marks_at(t0_ns).items():
             if len(mk):
                 symbol, color = MARKER_SYMBOLS[kind]
                 out.append((kind if kind != "event" else "event (hover for what)", symbol, color))
@@ -527,11 +545,16 @@ def key_html(entries: Iterable[tuple[str, str, str]], *, note: str = "") -> str:
 GAUGE_POINTS = 2000  # a gauge with more changes than this is sampled at this many instants
 
 
-def _at_or_before(values: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """For each instant of the sorted ``at``, how many of ``values`` (unsorted) are at or before
-    it: one binary search per value into ``at`` and a running count, no sort of ``values``."""
-    first = np.searchsorted(at, values, side="left")  # values[k] <= at[i] iff i >= first[k]
-    return np.cumsum(np.bincount(first, minlength=len(at) + 1))[:len(at)]
+def _bins(values: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """For each of ``values`` (unsorted), the first instant of the sorted ``at`` at or after
+    it: ``values[k] <= at[i]`` iff ``i >= _bins(values, at)[k]``."""
+    return np.searchsorted(at, values, side="left")
+
+
+def _at_or_before(bins: np.ndarray, n: int) -> np.ndarray:
+    """For each of ``n`` instants, how many values are at or before it, from their ``_bins``:
+    a running count, no sort of the values."""
+    return np.cumsum(np.bincount(bins, minlength=n + 1))[:n]
 
 
 def rollout_gauges_frame(attempts: pd.DataFrame, *, t0_ns: int, now_ns: int,
@@ -540,14 +563,15 @@ def rollout_gauges_frame(attempts: pd.DataFrame, *, t0_ns: int, now_ns: int,
     whether they were sampled (more than ``max_points`` changes) rather than drawn exactly.
 
     No sort of the tries: each gauge is a count per instant (``_at_or_before``); sorting the
-    809k tries of a 10M-span run three times took 0.13 s of a first render."""
+    809k tries of a 10M-span run three times took 0.13 s of a first render. A commit is an
+    end: its instant is its end's, looked up once."""
     if not len(attempts):
         return pd.DataFrame({"t": [], "in_flight": [], "committed": []}, dtype="float64"), False
     starts = attempts.start_ns.to_numpy(dtype="float64")
     end = pd.to_numeric(attempts.end_ns, errors="coerce")
     ended = end.notna().to_numpy()
     ends = end.to_numpy(dtype="float64", na_value=np.nan)[ended]
-    commits = ends[attempts.outcome.isin(["committed", "finished"]).to_numpy()[ended]]
+    committed_end = is_in(attempts.outcome, ["committed", "finished"])[ended]
     # commits are ends: they add no change time. More distinct times among the first few
     # thousand than max_points settles it; only a run with fewer needs them all counted
     times = np.concatenate([[float(t0_ns), float(now_ns)], starts, ends])
@@ -557,8 +581,9 @@ def rollout_gauges_frame(attempts: pd.DataFrame, *, t0_ns: int, now_ns: int,
         sampled = len(changes) > max_points
     at = np.linspace(float(t0_ns), float(now_ns), max_points) if sampled else changes
     at = at[(at >= min(float(t0_ns), float(np.nanmin(starts)))) & (at <= float(now_ns))]
-    inflight = _at_or_before(starts, at) - _at_or_before(ends, at)
-    committed = _at_or_before(commits, at)
+    end_bins = _bins(ends, at)
+    inflight = _at_or_before(_bins(starts, at), len(at)) - _at_or_before(end_bins, len(at))
+    committed = _at_or_before(end_bins[committed_end], len(at))
     return pd.DataFrame({"t": _sec(at, t0_ns), "in_flight": inflight.astype("float64"),
                          "committed": committed.astype("float64")}), sampled
 

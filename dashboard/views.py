@@ -448,9 +448,12 @@ def incident_selector(data: DataStore, *, fallback=None) -> pn.widgets.Select:
         inc = data.incidents()
         t0 = data.origin_ns()
         opts = {} if fallback is not None and fallback(data) else {"(none)": ""}
-        for r in inc.itertuples(index=False):
-            opts[f"{(r.start_ns - t0) / S:,.1f} s  {r.severity}  {r.kind}  {r.subject}"] = \
-                str(r.incident_id)
+        # column by column, not row by row: a 10M-span run has ~1,600 incidents
+        for start, severity, kind, subject, key in zip(
+                ((inc.start_ns - t0) / S).tolist(),
+                *(inc[c].astype(str).tolist() for c in ("severity", "kind", "subject",
+                                                          "incident_id"))):
+            opts[f"{start:,.1f} s  {severity}  {kind}  {subject}"] = key
         return opts
 
     def current() -> str:
