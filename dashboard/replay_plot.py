@@ -80,7 +80,8 @@ def replay_rects(frame: pd.DataFrame, lanes: tuple[str, ...], *, end_s: float) -
     return pd.DataFrame({
         "t_replay": f.start_s.to_numpy(dtype="float64"), "y": mid - half, "t_end": ends,
         "y_top": mid + half,
-        "color": [_color(k, lb, o) for k, lb, o in zip(f.kind, f.label, f.outcome)],
+        "color": np.array([_color(k, lb, o) for k, lb, o in zip(f.kind, f.label, f.outcome)],
+                          dtype=object),
         "lane": f.lane.astype(str).to_numpy(), "what": f.label.astype(str).to_numpy(),
         "detail": f.outcome.fillna("open").astype(str).to_numpy()})
 

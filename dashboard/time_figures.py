@@ -39,18 +39,22 @@ from rolloutscope.dashboard import timeline_plot as tl
 S = 1e9
 TIME_LABEL = "time since run start (s)"
 LEFT_BORDER_PX = 215  # room for the lane labels; every time plot of a tab keeps the same frame
-RIGHT_BORDER_PX = 72  # room for the gauges' second axis
+RIGHT_BORDER_PX = 88  # room for the gauges' second axis, its ticks and label
 TOOLS = "xpan,xwheel_zoom,xbox_zoom,reset,save"
 SMALL = "9pt"
 
 
 def source(df: pd.DataFrame) -> ColumnDataSource:
     """A data source of ``df``'s columns: numbers as float arrays, anything else as objects
-    with missing values as None (Arrow-backed text holds pd.NA, which Bokeh cannot send)."""
+    with missing values as None (Arrow-backed text holds pd.NA, which Bokeh cannot send). A
+    column of no rows goes as an empty list whatever its type: BokehJS refuses an empty float
+    array as colours ("invalid color array"), and an empty frame's columns are often floats."""
     data = {}
     for c in df.columns:
         col = df[c]
-        if pd.api.types.is_numeric_dtype(col.dtype) and not pd.api.types.is_bool_dtype(col):
+        if not len(col):
+            data[c] = np.array([], dtype=object)
+        elif pd.api.types.is_numeric_dtype(col.dtype) and not pd.api.types.is_bool_dtype(col):
             data[c] = col.to_numpy(dtype="float64", na_value=np.nan)
         else:
             data[c] = col.to_numpy(dtype=object, na_value=None)

@@ -10,11 +10,11 @@ from rolloutscope.dashboard.app import TAB_NAMES, build_app
 from rolloutscope.dashboard.datastore import DataStore
 from rolloutscope.dashboard.deeplink import LinkState, parse_query, tab_index
 from rolloutscope.dashboard.diff_view import Diff
+from rolloutscope.dashboard.incident_view import IncidentDetail
 from rolloutscope.dashboard.time_views import Fleet, Timeline
 from rolloutscope.replay.runner import replay_into_store
 from rolloutscope.replay.scenarios import get
 from rolloutscope.store import RunStore
-
 
 
 def x_range(pane):
@@ -34,6 +34,37 @@ class TestOneTimeRange:
         assert x_range(shards) == (0.0, 800.0)  # hidden: not redrawn yet
         fleet.shown = True
         assert x_range(shards) == (100.0, 300.0)
+
+    def test_a_zoom_in_the_browser_moves_the_tab_s_plots_and_becomes_the_range(self, p1_store):
+        data = DataStore(p1_store)
+        timeline, fleet = Timeline(data), Fleet(data)
+        lanes, gauges, serving = timeline.plots()
+        shards, _ = fleet.plots()
+        # one range model for the tab's plots: the browser moves them together
+        assert lanes.object.x_range is gauges.object.x_range is serving.object.x_range
+        assert shards.object.x_range is not lanes.object.x_range
+        lanes.object.x_range.update(start=100.0, end=300.0)  # what a wheel zoom sends
+        assert data.time_range == (100.0, 300.0)
+        assert x_range(shards) == (100.0, 300.0)  # the other tab follows
+        assert x_range(lanes) == (100.0, 300.0)  # and this tab is not drawn back
+
+    def test_picking_an_incident_redraws_each_plot_once_in_place(self, p1_store):
+        data = DataStore(p1_store)
+        detail = IncidentDetail(data)
+        built = []
+        for name in ("lane_figure", "gauge_figure", "serving_figure"):
+            build = getattr(detail, name)
+            setattr(detail, name, lambda build=build, name=name: built.append(name) or build())
+        panes = detail.plots()
+        shown = [pane.object for pane in panes]
+        built.clear()
+        q = data.incidents().query("kind == 'quarantine'").incident_id.iloc[0]
+        data.incident = q  # the range moves and the incident changes: one redraw
+        assert sorted(built) == ["gauge_figure", "lane_figure", "serving_figure"]
+        assert [pane.object for pane in panes] == shown  # the same models, new data
+        assert "shard 3" in shown[0].yaxis[0].major_label_overrides.values()
+        lo, hi = x_range(panes[0])
+        assert lo < 320.0 < hi and hi - lo < 400
 
     def test_the_echo_of_a_drawn_range_is_not_a_zoom(self, p1_store):
         data = DataStore(p1_store)

@@ -200,6 +200,13 @@ class TestLanePlot:
         empty = tl.text_columns(pd.DataFrame({"t": pd.Series([], dtype=object)}))
         assert empty.t.dtype == object  # nothing says it is text
 
+    def test_an_empty_layer_sends_no_float_colours(self):
+        # BokehJS refuses an empty float array as colours ("invalid color array"): the Replay
+        # tab of a file with one run drew nothing and stopped the page
+        src = tf.source(pd.DataFrame({"color": pd.Series([], dtype="float64"),
+                                      "x0": pd.Series([], dtype="float64")}))
+        assert src.data["color"].dtype == object and len(src.data["color"]) == 0
+
     def test_missing_text_reaches_the_browser_as_null(self):
         src = tf.source(pd.DataFrame({"name": pd.array([pd.NA, "a"], dtype="string"),
                                       "x": [1.0, np.nan]}))
