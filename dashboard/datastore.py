@@ -37,22 +37,23 @@ from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 import param
 
 from rolloutscope.store import RunStore
 from rolloutscope.store import views as store_views
 from rolloutscope.store.errors import StoreError
-from rolloutscope.store.store import as_text
+from rolloutscope.store.store import TEXT, as_text
 from rolloutscope.vocabulary import SpanName
 
+from rolloutscope.dashboard.rollout_rows import RolloutRows
+from rolloutscope.dashboard.rollout_rows import listish
 from rolloutscope.dashboard.selection import is_in, rows_where
 from rolloutscope.dashboard.timeline_plot import (
     EVENT_COLUMNS,
     SPAN_COLUMNS,
-    group_rollout_ids,
     pad_range,
-    prompt_groups,
     rollout_gauges_frame,
 )
 
@@ -151,7 +152,6 @@ MAX_CONTEXT_SPANS = 400
 # attributes every span carries that say nothing about this one
 NOISE_ATTRIBUTES = ("nemo.run.id", "rolloutscope.replay.scenario")
 FAILURE_CLASSES = ["any", "infra", "data"]
-MAX_ROLLOUT_LANES = 120
 
 
 def _empty(spec: ViewSpec) -> pd.DataFrame:
@@ -163,7 +163,26 @@ def _keys(df: pd.DataFrame, key: tuple[str, ...]) -> pd.MultiIndex:
     return pd.MultiIndex.from_frame(pd.DataFrame({k: as_text(df[k]) for k in key}))
 
 
-class DataStore(param.Parameterized):
+def _key_hits(old: pd.DataFrame, new: pd.DataFrame, key: tuple[str, ...]) -> np.ndarray:
+    """Which rows of ``old`` share their key with a row of ``new`` (as ``_keys`` compares
+    them). The keys of every old row are not made: the rows whose first key column matches
+    are found by one lookup, and only those compare whole keys. At 10M spans making the keys
+    of the 0.4-0.8M rows of four frames took ~2.5 s of a tick."""
+    first = key[0]
+    if old[first].dtype == TEXT:
+        maybe = is_in(old[first], as_text(new[first]).dropna().unique())
+        maybe |= old[first].isna().to_numpy() & bool(new[first].isna().any())
+    else:
+        maybe = as_text(old[first]).isin(set(as_text(new[first]))).to_numpy(dtype=bool)
+    if len(key) == 1 or not maybe.any():
+        return maybe
+    at = np.flatnonzero(maybe)
+    hits = np.zeros(len(old), dtype=bool)
+    hits[at] = _keys(old.iloc[at], key).isin(_keys(new, key))
+    return hits
+
+
+class DataStore(RolloutRows, param.Parameterized):
     """The run a dashboard shows, its view rows, and what the user selected."""
 
     # a view with a ``<view>_of`` macro is read through it (off: the view, filtered on the run
@@ -368,14 +387,16 @@ class DataStore(param.Parameterized):
                     continue
                 merged = new
             elif len(new):
-                keys = _keys(new, spec.key)
-                hit = _keys(old, spec.key).isin(keys) if len(old) else pd.Series([], dtype=bool)
+                hit = _key_hits(old, new, spec.key) if len(old) else np.zeros(0, dtype=bool)
                 # re-read rows (still open, or inside the late margin) that did not change
                 # must not count as a change, or every idle tick would redraw every view
                 if hit.sum() == len(new) and _same(
-                        old[hit].sort_values(list(spec.key)), new.sort_values(list(spec.key))):
+                        rows_where(old, hit).sort_values(list(spec.key)),
+                        new.sort_values(list(spec.key))):
                     continue
-                kept = old[~hit] if len(old) else old
+                # the old rows kept chunk by chunk (``rows_where``): pandas joins the chunks of
+                # every text column first
+                kept = rows_where(old, ~hit) if len(old) else old
                 merged = pd.concat([kept, new], ignore_index=True) if len(kept) else new
             else:
                 continue
@@ -641,7 +662,7 @@ class DataStore(param.Parameterized):
         incident = incident if incident is not None else self.selected_incident()
         if incident is None:
             return frozenset()
-        return frozenset(str(e) for e in _listish(incident.get("evidence")))
+        return frozenset(str(e) for e in listish(incident.get("evidence")))
 
     def derived(self, what: tuple, frames: tuple[str, ...], compute):
         """``compute()``, remembered for ``what`` until one of ``frames`` (or the run)
@@ -661,122 +682,6 @@ class DataStore(param.Parameterized):
         return self.derived(("gauges", t0, now), ("rollout_attempts",),
                             lambda: rollout_gauges_frame(self.frames["rollout_attempts"],
                                                          t0_ns=t0, now_ns=now))
-
-    def prompt_groups(self) -> pd.Series:
-        """``prompt_groups`` of the run's tries (``prompt_idx`` -> its group's rollout id)."""
-        return self.derived(("prompt_groups",), ("rollout_attempts",),
-                            lambda: prompt_groups(self.frames["rollout_attempts"]))
-
-    def grouped_rollout_ids(self, rows: pd.DataFrame) -> pd.Series:
-        """``group_rollout_ids`` of rows of a Gym-side frame (parked intervals, completions):
-        map only the rows asked about, at 10M spans mapping every row costs 0.3 s."""
-        attempts = self.frames["rollout_attempts"]
-        groups = self.prompt_groups() if len(rows) and len(attempts) else None
-        return group_rollout_ids(rows, attempts, groups)
-
-    def rows_of_rollouts(self, name: str, ids: set[str]) -> pd.DataFrame:
-        """The rows of ``name`` drawn on the lanes of ``ids``, their ``rollout_id`` the lane's
-        (a Gym-side row's prompt group, ``grouped_rollout_ids``)."""
-        df = self.frames[name]
-        if not len(df) or not ids:
-            return df.iloc[:0]
-        if name not in ("parked_intervals", "completions") or "prompt_idx" not in df:
-            return rows_where(df, is_in(df.rollout_id, ids))
-        groups = self.prompt_groups()
-        # a row lands on a lane of ids through its prompt's group, or (a prompt no try names)
-        # its own id: keep those rows, then map only them
-        sub = rows_where(df, is_in(df.prompt_idx, groups.index[is_in(groups, ids)])
-                         | is_in(df.rollout_id, ids))
-        sub = sub.assign(rollout_id=self.grouped_rollout_ids(sub))
-        return sub[is_in(sub.rollout_id, ids)]
-
-    def all_evidence(self) -> frozenset[str]:
-        """Every span id some incident names as evidence."""
-        return self.derived(("all_evidence",), ("incidents",), lambda: frozenset(
-            str(e) for ev in self.frames["incidents"].evidence for e in _listish(ev)))
-
-    def evidence_rows(self, name: str) -> pd.DataFrame:
-        """The rows of frame ``name`` that some incident names as evidence: one incident's
-        evidence is looked up among these, not among every row (at 10M spans a scan of the
-        tries' span ids is ~10 ms, and a first render of the Incident tab asked for a dozen)."""
-        return self.derived(("evidence_rows", name), (name, "incidents"),
-                            lambda: self._evidence_rows(name))
-
-    def _evidence_rows(self, name: str) -> pd.DataFrame:
-        df = self.frames[name]
-        if not len(df) or "span_id" not in df:
-            return df.iloc[:0]
-        return rows_where(df, is_in(df.span_id, self.all_evidence()))
-
-    def evidence_frames(self) -> dict[str, pd.DataFrame]:
-        """``evidence_rows`` of every frame (what an incident's story reads)."""
-        return {name: self.evidence_rows(name) for name in self.frames}
-
-    def incident_rollouts(self, incident_id: str | None = None) -> set[str]:
-        """Rollouts an incident names (``incident_id``, else the selected one, else every
-        incident): through an evidence span, or as its subject."""
-        incident_id = incident_id or self.incident
-        return set(self.derived(("incident_rollouts", incident_id),
-                                ("incidents", "rollout_attempts", "deadlines",
-                                 "parked_intervals", "completions"),
-                                lambda: self._incident_rollouts(incident_id)))
-
-    def _incident_rollouts(self, incident_id: str | None) -> set[str]:
-        inc = self.frames["incidents"]
-        if incident_id:
-            inc = inc[inc.incident_id.astype(str) == incident_id]
-        spans = {str(e) for ev in inc.evidence for e in _listish(ev)}
-        out: set[str] = set()
-        attempts = self.frames["rollout_attempts"]
-        for name in ("rollout_attempts", "deadlines", "parked_intervals", "completions"):
-            df = self.evidence_rows(name)
-            if len(df) and spans:
-                hit = df[is_in(df.span_id, spans)] if incident_id else df
-                ids = self.grouped_rollout_ids(hit) \
-                    if name in ("parked_intervals", "completions") else hit.rollout_id
-                out.update(ids.dropna().astype(str))
-        subjects = {s.split(" try ")[0] for s in inc.subject.dropna().astype(str)}
-        if len(attempts) and subjects:
-            known = attempts.rollout_id[is_in(attempts.rollout_id, subjects)]
-            out.update(known.astype(str))
-        return out
-
-    def rollout_lanes(self, cap: int = MAX_ROLLOUT_LANES) -> tuple[list[str], int]:
-        """The rollout lanes the timeline draws under the current filter, and how many match."""
-        ids, total = self.derived(
-            ("rollout_lanes", cap, self.rollout_filter, self.failure_class, self.incident),
-            ("rollout_attempts", "parked_intervals", "incidents", "deadlines", "completions"),
-            lambda: self._rollout_lanes(cap))
-        return list(ids), total
-
-    def _rollout_lanes(self, cap: int) -> tuple[list[str], int]:
-        att = self.frames["rollout_attempts"]
-        mode = self.rollout_filter
-        if mode == "in incidents":
-            ids = self.incident_rollouts()
-            sel = rows_where(att, is_in(att.rollout_id, ids))
-        elif mode == "failed":
-            sel = att[att.outcome.isin(["failed", "cancelled"])]
-        elif mode == "redispatched":
-            sel = att[att.attempt.fillna(0) > 0]
-        elif mode == "parked":
-            parked = set(as_text(self.frames["parked_intervals"].rollout_id.dropna()))
-            sel = rows_where(att, is_in(att.rollout_id, parked))
-        elif mode == "open":
-            sel = att[att.outcome == "open"]
-        else:
-            sel = att
-        if self.failure_class != "any":
-            sel = sel[sel.failure_class == self.failure_class]
-        if not len(sel):
-            return [], 0
-        now = self.last_seen_ns()
-        ids = as_text(sel.rollout_id)
-        span = (sel.end_ns.fillna(now) - sel.start_ns).groupby(ids).sum()
-        first = sel.start_ns.groupby(ids).min()
-        chosen = span.sort_values(ascending=False).index[:cap]
-        ordered = first.loc[chosen].sort_values().index.tolist()
-        return ordered, int(span.size)
 
     def attempts_table(self) -> pd.DataFrame:
         att = self.frames["rollout_attempts"]
@@ -908,12 +813,6 @@ def _fmt_s(seconds) -> str:
 
 def _fmt_int(v) -> str:
     return "-" if v is None or pd.isna(v) else str(int(v))
-
-
-def _listish(v) -> list:
-    if v is None or (isinstance(v, float) and pd.isna(v)):
-        return []
-    return list(v)
 
 
 def _same(a: pd.DataFrame, b: pd.DataFrame) -> bool:

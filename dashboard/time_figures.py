@@ -25,11 +25,16 @@ import numpy as np
 import pandas as pd
 from bokeh.core.properties import field
 from bokeh.models import (
+    BoxZoomTool,
     ColumnDataSource,
     FixedTicker,
     HoverTool,
     LinearAxis,
+    PanTool,
     Range1d,
+    ResetTool,
+    SaveTool,
+    WheelZoomTool,
 )
 from bokeh.plotting import figure
 
@@ -40,7 +45,6 @@ S = 1e9
 TIME_LABEL = "time since run start (s)"
 LEFT_BORDER_PX = 215  # room for the lane labels; every time plot of a tab keeps the same frame
 RIGHT_BORDER_PX = 88  # room for the gauges' second axis, its ticks and label
-TOOLS = "xpan,xwheel_zoom,xbox_zoom,reset,save"
 SMALL = "9pt"
 
 
@@ -65,8 +69,12 @@ def time_figure(*, height: int, xlim: tuple[float, float], ylim: tuple[float, fl
                 ylabel: str = "", xlabel: str = TIME_LABEL, xlabel_size: str = SMALL) -> figure:
     """An empty time plot: page-wide, x-only pan and zoom active, grid lines faint, the
     tab's shared borders, no logo."""
-    fig = figure(height=height, sizing_mode="stretch_width", tools=TOOLS,
-                 active_drag="xpan", active_scroll="xwheel_zoom",
+    # the tools as models, not named in a string: figure() parsing a tool string took a third
+    # of a plot's construction, and a tab builds three plots on every first render
+    pan, zoom = PanTool(dimensions="width"), WheelZoomTool(dimensions="width")
+    fig = figure(height=height, sizing_mode="stretch_width",
+                 tools=[pan, zoom, BoxZoomTool(dimensions="width"), ResetTool(), SaveTool()],
+                 active_drag=pan, active_scroll=zoom,
                  x_range=Range1d(*xlim, name="x"), y_range=Range1d(*ylim, name="y"),
                  min_border_left=LEFT_BORDER_PX, min_border_right=RIGHT_BORDER_PX,
                  toolbar_location="right")

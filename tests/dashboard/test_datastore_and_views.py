@@ -358,6 +358,78 @@ def test_rows_of_rollouts_map_only_their_rows_and_match_mapping_every_row(p1_sto
     assert data.incident_rollouts("i1") == named
 
 
+def test_rows_of_fewer_lanes_come_from_rows_found_for_more_and_follow_a_new_frame(p1_store):
+    """The tries of some lanes are picked among the tries already found for a wider set of
+    lanes (the incidents' rollouts hold the lanes the Timeline draws): the same rows as a
+    fresh look, without a pass over the frame; once the frame changes, a new row of a lane is
+    there."""
+    import pandas as pd
+
+    from rolloutscope.dashboard import rollout_rows
+
+    data = DataStore(p1_store)
+    data.frames["rollout_attempts"] = pd.DataFrame({
+        "rollout_id": ["a", "b", "c", "a", "d"], "prompt_idx": [1, 2, 3, 1, 4],
+        "span_id": ["s0", "s1", "s2", "s3", "s4"]}, index=[10, 11, 12, 13, 14])
+    data.frame_versions["rollout_attempts"] += 1
+    wide = data.rows_of_rollouts("rollout_attempts", {"a", "b", "c"})
+    assert wide.index.tolist() == [10, 11, 12, 13]
+    looked_at = []
+    real_is_in = rollout_rows.is_in
+
+    def counting_is_in(values, wanted):
+        looked_at.append(len(values))
+        return real_is_in(values, wanted)
+
+    rollout_rows.is_in = counting_is_in
+    try:
+        narrow = data.rows_of_rollouts("rollout_attempts", {"a", "c"})
+    finally:
+        rollout_rows.is_in = real_is_in
+    assert narrow.index.tolist() == [10, 12, 13]
+    assert looked_at == [4]  # the wider rows, not the frame's five
+    fresh = data._rows_of_rollouts.__func__  # the same question with nothing remembered
+    data._derived.clear()
+    pd.testing.assert_frame_equal(fresh(data, "rollout_attempts", frozenset({"a", "c"})),
+                                  narrow)
+    grown = pd.concat([data.frames["rollout_attempts"], pd.DataFrame(
+        {"rollout_id": ["a"], "prompt_idx": [1], "span_id": ["s5"]}, index=[15])])
+    data.rows_of_rollouts("rollout_attempts", {"a", "b", "c"})
+    data.frames["rollout_attempts"] = grown  # as a refresh does: the frame, then its version
+    data.frame_versions["rollout_attempts"] += 1
+    assert data.rows_of_rollouts("rollout_attempts", {"a"}).span_id.tolist() == \
+        ["s0", "s3", "s5"]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_refresh_finds_the_rows_it_replaces_as_keys_made_of_every_row_find_them(seed):
+    """The old rows a refresh replaces (their key read again) are found without making the
+    key of every old row: the same rows as comparing whole keys, for text and integer keys,
+    one column or two, Arrow text in chunks or not, repeated and missing values."""
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+
+    from rolloutscope.dashboard.datastore import _key_hits, _keys
+    from rolloutscope.store.store import arrow_frame
+
+    rng = np.random.default_rng(seed)
+
+    def frame(n: int, arrow: bool) -> pd.DataFrame:
+        ids = [None if rng.random() < 0.1 else f"r-{int(v)}" for v in rng.integers(0, 30, n)]
+        table = pa.table({"rollout_id": pa.array(ids, pa.string()),
+                          "attempt": pa.array(rng.integers(0, 3, n), pa.int32()),
+                          "ts_ns": pa.array(rng.integers(0, 40, n), pa.int64())})
+        table = pa.Table.from_batches(table.to_batches(max_chunksize=max(n // 4, 1)))
+        return arrow_frame(table) if arrow else table.to_pandas()
+
+    for arrow in (True, False):
+        old, new = frame(int(rng.integers(1, 200)), arrow), frame(int(rng.integers(1, 20)), arrow)
+        for key in (("rollout_id",), ("rollout_id", "attempt"), ("ts_ns",)):
+            want = _keys(old, key).isin(_keys(new, key))
+            assert _key_hits(old, new, key).tolist() == want.tolist(), (arrow, key)
+
+
 def test_what_a_session_remembers_moves_with_the_frames_it_came_from(p1_store):
     """``last_seen_ns``, ``dialects`` and an open incident's window are remembered per frame
     version: a frame replaced (as a refresh does: the frame, then its version) moves them."""

@@ -491,3 +491,25 @@ def test_the_gauges_sample_exactly_when_the_run_has_more_changes_than_points(see
         ended = (~open_) & (ends <= t)
         assert flight == ((starts <= t) & ~ended).sum()
         assert done == (ended & np.isin(outcome, ["committed", "finished"])).sum()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_values_find_their_instant_on_an_even_grid_as_a_binary_search_does(seed):
+    """The gauges' instants are evenly spaced when sampled: each start and end finds its
+    instant by a division, and lands where a binary search puts it, on an instant, a
+    nanosecond either side of one, outside the grid or missing, at nanosecond times of today."""
+    import numpy as np
+
+    from rolloutscope.dashboard.timeline_plot import _bins
+
+    rng = np.random.default_rng(seed)
+    t0 = float(rng.choice([0, 1_800_000_000 * 10**9]))
+    at, step = np.linspace(t0, t0 + float(rng.integers(10**6, 10**13)),
+                           int(rng.integers(2, 3000)), retstep=True)
+    on = rng.choice(at, 200)
+    values = np.concatenate([on, on - 1, on + 1, on - 256, on + 256,
+                             rng.uniform(at[0] - step, at[-1] + step, 500),
+                             [at[0] - 10 * step, at[-1] + 10 * step, np.nan]])
+    rng.shuffle(values)
+    assert _bins(values, at, step=step).tolist() == \
+        np.searchsorted(at, values, side="left").tolist()
