@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rolloutscope.vocabulary import (
@@ -52,6 +52,20 @@ class ExecutionKey:
     rollout_id: str
     attempt: int  # the Gym episode attempt (bumped by restore), not RL's try
     generation: int  # bumped on each /run for the same (rollout_id, attempt)
+    # the hash the dataclass would compute (of the three fields), computed once: the runs and
+    # executions are looked up by key on every turn, and the generated ``__hash__`` builds and
+    # hashes a tuple each time
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.rollout_id, self.attempt, self.generation)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[type[ExecutionKey], tuple[str, int, int]]:
+        # rebuilt, not restored: another process hashes strings with another seed
+        return ExecutionKey, (self.rollout_id, self.attempt, self.generation)
 
     @property
     def episode(self) -> EpisodeId:

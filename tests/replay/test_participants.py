@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import pickle
+import subprocess
+import sys
+
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -16,7 +22,7 @@ from rolloutscope.vocabulary import (
     ParticipantKind,
 )
 from rolloutscope.replay.errors import ModelInvariantError
-from rolloutscope.replay.participants.agent import AgentParticipant
+from rolloutscope.replay.participants.agent import AgentParticipant, ExecutionKey
 from rolloutscope.clock import ManualClock
 from rolloutscope.replay.participants.coordinator import RESUME_ORDER, CheckpointCoordinator
 from rolloutscope.replay.participants.deadlines import DeadlineRegistry
@@ -38,6 +44,24 @@ def _model(clock: ManualClock, *, wait: bool, workers: int = 1) -> ModelParticip
 
 
 EP = EpisodeId("r-0", 0)
+
+
+class TestExecutionKey:
+    def test_a_key_hashes_equals_and_orders_as_its_three_fields(self):
+        a, b = ExecutionKey("r-0", 1, 2), ExecutionKey("r-0", 1, 3)
+        assert hash(a) == hash(("r-0", 1, 2)) and a == ExecutionKey("r-0", 1, 2)
+        assert a < b and sorted([b, a]) == [a, b] and a != b
+        assert repr(a) == "ExecutionKey(rollout_id='r-0', attempt=1, generation=2)"
+        assert dataclasses.replace(a, generation=3) == b and hash(b) == hash(("r-0", 1, 3))
+
+    def test_a_key_pickled_in_a_process_with_another_hash_seed_still_finds_its_run(self):
+        """Its hash is cached; a pickled key is rebuilt, so the cache is this process's."""
+        code = ("import pickle, sys; from rolloutscope.replay.participants.agent import "
+                "ExecutionKey; sys.stdout.buffer.write(pickle.dumps(ExecutionKey('r-0', 1, 2)))")
+        pickled = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                                 env={**os.environ, "PYTHONHASHSEED": "12345"}).stdout
+        runs = {ExecutionKey("r-0", 1, 2): "the run"}
+        assert runs[pickle.loads(pickled)] == "the run"
 
 
 class TestAgentReadiness:
