@@ -29,6 +29,10 @@ def _by_the_constructors(gen: GeneratedPrompts, rows: int, rng: random.Random) -
     return prompts
 
 
+def _slots(turn: Turn) -> list[tuple[str, object]]:
+    return [(name, getattr(turn, name)) for name in Turn.__slots__]
+
+
 GENS = [
     GeneratedPrompts(count=40, arrival_window_s=300.0, turns_min=4, turns_max=8,
                      model_s_min=60.0, model_s_max=240.0, tool_s_min=10.0, tool_s_max=90.0,
@@ -50,7 +54,7 @@ def test_generated_prompts_are_what_the_constructors_make(gen, seed):
         for frow, prow in zip(fp.rows, pp.rows, strict=True):
             for ft, pt in zip(frow.turns, prow.turns, strict=True):
                 assert type(ft) is Turn
-                assert list(vars(ft).items()) == list(vars(pt).items())  # fields, in order
+                assert _slots(ft) == _slots(pt)  # every field set, to the same value
                 assert hash(ft) == hash(pt) and repr(ft) == repr(pt)
                 assert dataclasses.replace(ft) == pt
     # the generator is left where the plain way leaves it
@@ -58,6 +62,11 @@ def test_generated_prompts_are_what_the_constructors_make(gen, seed):
     _generate(gen, 3, a)
     _by_the_constructors(gen, 3, b)
     assert a.random() == b.random()
+
+
+def test_a_turn_is_slotted_in_field_order_so_a_draft_becomes_one():
+    assert Turn.__slots__ == tuple(f.name for f in dataclasses.fields(Turn))
+    assert not hasattr(Turn(model_s=1.0), "__dict__")
 
 
 def test_a_generated_turn_stays_frozen():
