@@ -63,6 +63,10 @@ class Timer:
         self.args = ()
 
 
+# ``at`` and ``after`` make their timers without the ``__init__`` call (its fields set in place)
+_new_timer = object.__new__
+
+
 # the event queue's buckets are whole virtual seconds (``int(t)``); times at or past this go
 # to one last bucket (``int`` of an infinite time would raise)
 _LAST_BUCKET = 1 << 62
@@ -96,14 +100,16 @@ class Scheduler:
     def now(self) -> float:
         return self.clock.t
 
-    # ``at`` and ``after`` queue themselves (no shared helper): a large replay schedules a few
-    # hundred thousand events, and a call level each is measurable
+    # ``at`` and ``after`` make and queue their timers themselves (no shared helper, no
+    # ``Timer.__init__``): a large replay schedules a few hundred thousand events, and a call
+    # level each is measurable
     def at(self, t: float, fn: Callable[..., Any], *args: Any,
            priority: Priority = Priority.WORK) -> Timer:
         now = self.clock.t
         if t < now:
             t = now  # never schedule into the past
-        timer = Timer(fn, args)
+        timer = _new_timer(Timer)
+        timer.fn, timer.args = fn, args
         entry = (t, priority, next(self._seq), timer)
         bucket = int(t) if t < _LAST_BUCKET else _LAST_BUCKET
         if bucket <= self._bucket:
@@ -123,7 +129,8 @@ class Scheduler:
         t = now + dt
         if t < now:
             t = now  # a negative delay: never schedule into the past
-        timer = Timer(fn, args)
+        timer = _new_timer(Timer)
+        timer.fn, timer.args = fn, args
         entry = (t, priority, next(self._seq), timer)
         bucket = int(t) if t < _LAST_BUCKET else _LAST_BUCKET
         if bucket <= self._bucket:
