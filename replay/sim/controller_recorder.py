@@ -31,6 +31,10 @@ from rolloutscope.replay.sim.ports import Timeline
 from rolloutscope.replay.sim.rollout_state import PromptGroup, RLTry
 from rolloutscope.replay.telemetry import Telemetry
 
+# read once per RL try: an enum's ``value`` is a Python-level property on 3.11
+_COMMITTED = AttemptOutcome.COMMITTED.value
+_ROLLOUT_DEADLINE = DeadlineKind.ROLLOUT.value
+
 ACK_RECEIPTS_PER_SPAN = 128  # the OTel SDK default OTEL_SPAN_EVENT_COUNT_LIMIT
 _SERVICE = services.CONTROLLER
 
@@ -78,7 +82,7 @@ class ControllerRecorder:
 
     def attempt_committed(self, t: RLTry) -> None:
         self._tel.end(t.span, self._timeline.now,
-                      {Attr.ROLLOUT_OUTCOME: AttemptOutcome.COMMITTED.value})
+                      {Attr.ROLLOUT_OUTCOME: _COMMITTED})
 
     def attempt_failed(self, t: RLTry, failure: Failure, decision: Decision) -> None:
         attrs = {Attr.ROLLOUT_OUTCOME: AttemptOutcome.FAILED.value,
@@ -101,7 +105,7 @@ class ControllerRecorder:
 
     def prompt_ended(self, group: PromptGroup, outcome: RolloutOutcome) -> None:
         self._tel.end(group.span, self._timeline.now, {
-            Attr.ROLLOUT_OUTCOME: outcome.value,
+            Attr.ROLLOUT_OUTCOME: outcome._value_,
             Attr.ROLLOUT_INFRA_ATTEMPTS: group.budget.infra,
             Attr.ROLLOUT_DATA_ATTEMPTS: group.budget.data})
 
@@ -110,7 +114,7 @@ class ControllerRecorder:
         now = self._timeline.now
         t.deadline_span = self._tel.start(_SERVICE, SpanName.RL_DEADLINE, now, {
             **t.attrs(), Attr.DEADLINE_ID: f"{t.group.rollout_id}-d{t.index}",
-            Attr.DEADLINE_KIND: DeadlineKind.ROLLOUT.value, Attr.DEADLINE_BUDGET_S: budget_s,
+            Attr.DEADLINE_KIND: _ROLLOUT_DEADLINE, Attr.DEADLINE_BUDGET_S: budget_s,
             Attr.DEADLINE_DESCRIPTION: "NeMo-Gym prompt group"}, t.span)
         self._tel.event(t.deadline_span, EventName.DEADLINE_START, now)
 
@@ -126,7 +130,7 @@ class ControllerRecorder:
 
     def deadline_ended(self, t: RLTry, d: Deadline, *, state_when_fired: str | None) -> None:
         now = self._timeline.now
-        attrs = {Attr.DEADLINE_OUTCOME: d.outcome.value if d.outcome else "completed",
+        attrs = {Attr.DEADLINE_OUTCOME: d.outcome._value_ if d.outcome else "completed",
                  Attr.DEADLINE_SUSPENDED_S: round(d.suspended_s, 9),
                  Attr.DEADLINE_ACTIVE_S: round(d.budget_s - d.remaining_s(now), 9)}
         if state_when_fired is not None:

@@ -15,6 +15,9 @@ from rolloutscope.replay.sim.runs import Run
 from rolloutscope.replay.telemetry import Telemetry
 
 _SERVICE = services.AGENT
+# read once per run and per park: an enum's ``value`` is a Python-level property on 3.11, and
+# ``_value_`` (what it returns) a plain attribute
+_RUNNING = ExecutionState.RUNNING.value
 
 
 class GymRecorder:
@@ -27,7 +30,7 @@ class GymRecorder:
         run.span = self._tel.start(_SERVICE, SpanName.AGENT_EXECUTION, now, {
             **run.ids(), Attr.ROW_IDX: run.row_idx, Attr.EPISODE_ATTEMPT: key.attempt,
             Attr.EXECUTION_GENERATION: key.generation,
-            Attr.EXECUTION_STATE: ExecutionState.RUNNING.value}, parent)
+            Attr.EXECUTION_STATE: _RUNNING}, parent)
         run.rollout_span = self._tel.start(_SERVICE, SpanName.GYM_ROLLOUT, now, {
             Attr.ROLLOUT_ID: key.episode.capture_key, Attr.PROMPT_IDX: run.prompt_idx,
             Attr.RL_ATTEMPT: run.rl_attempt, Attr.ROW_IDX: run.row_idx}, run.span)
@@ -39,7 +42,7 @@ class GymRecorder:
             if error is not None:
                 span.set_status(Status(StatusCode.ERROR, error))
         self._tel.end(run.rollout_span, now)
-        self._tel.end(run.span, now, {Attr.EXECUTION_STATE: state.value})
+        self._tel.end(run.span, now, {Attr.EXECUTION_STATE: state._value_})
 
     def run_completed(self, run: Run, receipt: CompletionReceipt) -> None:
         self._tel.event(run.span, EventName.AGENT_COMPLETED, self._timeline.now, {
@@ -65,7 +68,7 @@ class GymRecorder:
                    boundary_index: int) -> None:
         run.parked_span = self._tel.start(_SERVICE, SpanName.AGENT_PARKED, self._timeline.now, {
             **run.ids(), Attr.CHECKPOINT_ID: checkpoint_id or "",
-            Attr.PARKED_BOUNDARY_STATE: boundary_state.value,
+            Attr.PARKED_BOUNDARY_STATE: boundary_state._value_,
             Attr.BOUNDARY_INDEX: boundary_index}, run.span)
 
     def run_released(self, run: Run) -> None:
