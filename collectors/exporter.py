@@ -23,7 +23,9 @@ from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, Span, TracerProvider
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, Status, StatusCode
+from opentelemetry.sdk.trace import Event, ReadableSpan, Span, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     SpanExporter,
@@ -85,6 +87,49 @@ def _finished_links(span: ReadableSpan) -> Sequence[Any]:
     return backing if backing is not None else span.links
 
 
+# the public properties of a finished span and of its events that ``SpanEncoder`` reads as the
+# fields behind them, where a type inherits them unchanged (``SpanEncoder._fields``)
+_SPAN_PROPERTIES = ("name", "context", "parent", "resource", "status", "instrumentation_scope",
+                    "events", "links", "start_time", "end_time", "kind", "attributes")
+_EVENT_PROPERTIES = ("name", "timestamp", "attributes")
+
+
+def _reads_its_fields(cls: type, base: type, properties: tuple[str, ...]) -> bool:
+    """Whether ``cls`` inherits ``base``'s public properties unchanged, so its fields can be
+    read directly (a subclass that overrides one keeps going through the public API)."""
+    return issubclass(cls, base) and all(
+        getattr(cls, name, None) is getattr(base, name, None) for name in properties)
+
+
+def _sdk_fields_match() -> bool:
+    """Whether this SDK's ``ReadableSpan`` and ``Event`` properties return the fields the
+    encoder reads in their place (checked once, at import; another layout: the properties)."""
+    context = SpanContext(3, 5, False)
+    event = Event("e", {"k": 1}, 7)
+    span = ReadableSpan(name="n", context=context, parent=context,
+                        resource=Resource({"service.name": "s"}), attributes={"a": 1},
+                        events=[event], links=(), kind=trace.SpanKind.SERVER,
+                        status=Status(StatusCode.OK), start_time=1, end_time=2,
+                        instrumentation_scope=InstrumentationScope("scope"))
+    return (span.name is span._name and span.context is span._context
+            and span.parent is span._parent and span.resource is span._resource
+            and span.status is span._status
+            and span.instrumentation_scope is span._instrumentation_scope
+            and span.events == tuple(span._events) and span.links == tuple(span._links)
+            and span.start_time is span._start_time and span.end_time is span._end_time
+            and span.kind is span._kind and dict(span.attributes) == span._attributes
+            and (event.name, event.timestamp, event.attributes)
+            == (event._name, event._timestamp, event._attributes)
+            # a span context is a tuple of (trace id, span id, ...); a status keeps its fields
+            and isinstance(context, tuple) and (context[0], context[1]) == (3, 5)
+            and span.status.status_code is span.status._status_code
+            and Status(StatusCode.ERROR, "d").description == Status(StatusCode.ERROR,
+                                                                     "d")._description)
+
+
+_DIRECT_READS = _sdk_fields_match()
+
+
 def _hex_trace(value: int) -> str:
     return format(value, "032x")
 
@@ -102,8 +147,27 @@ class SpanEncoder:
 
     def __init__(self) -> None:
         self._resources: dict[int, tuple[Resource, str | None, str | None, str | None]] = {}
+        self._direct: dict[type, bool] = {}  # span and event types whose fields are read
         self.rejected = 0
         self.problem: str | None = None
+
+    def _reads_directly(self, cls: type, base: type, properties: tuple[str, ...]) -> bool:
+        direct = self._direct.get(cls)
+        if direct is None:
+            direct = self._direct[cls] = _DIRECT_READS and _reads_its_fields(cls, base,
+                                                                             properties)
+        return direct
+
+    def _events(self, events: Sequence[Any]) -> list[tuple[str, int, Any]]:
+        direct = self._direct
+        out = []
+        for e in events:
+            kind = type(e)
+            if direct.get(kind) or self._reads_directly(kind, Event, _EVENT_PROPERTIES):
+                out.append((e._name, e._timestamp, e._attributes))
+            else:
+                out.append((e.name, e.timestamp, e.attributes))
+        return out
 
     def _resource(self, resource: Resource) -> tuple[str | None, str | None, str | None]:
         cached = self._resources.get(id(resource))
@@ -123,27 +187,59 @@ class SpanEncoder:
             self._resources[id(resource)] = cached
         return cached[1], cached[2], cached[3]
 
+    def _fields(self, span: ReadableSpan) -> tuple[Any, ...]:
+        """(resource, trace id, span id, parent span id, name, kind, start, end, status code,
+        status message, scope, events, links) of a finished span.
+
+        A ``ReadableSpan`` (the SDK's, a replay's) is read field by field: each public property
+        is a Python call, and ``events``/``links`` copy into a tuple, together half of what
+        encoding a span cost. Any other span goes through the public API, each property read
+        once."""
+        cls = type(span)
+        if self._direct.get(cls) or self._reads_directly(cls, ReadableSpan, _SPAN_PROPERTIES):
+            ctx, parent, status = span._context, span._parent, span._status
+            events, links = span._events, span._links
+            if events and type(events) is not list:
+                events = getattr(events, "_dq", None) or tuple(events)
+            if links and type(links) is not tuple:
+                links = getattr(links, "_dq", None) or tuple(links)
+            fields = (span._resource, span._name, span._kind, span._start_time,
+                      span._end_time, span._instrumentation_scope, events, links)
+        else:
+            ctx, parent, status = span.context, span.parent, span.status
+            fields = (span.resource, span.name, span.kind, span.start_time, span.end_time,
+                      span.instrumentation_scope, _finished_events(span),
+                      _finished_links(span))
+        # the SDK's span context is a tuple (trace id, span id, ...), and its status keeps
+        # its code and message as they are
+        if _DIRECT_READS and type(ctx) is SpanContext:
+            trace_id, span_id = ctx[0], ctx[1]
+        else:
+            trace_id, span_id = ctx.trace_id, ctx.span_id
+        if parent is not None:
+            parent = parent[1] if _DIRECT_READS and type(parent) is SpanContext \
+                else parent.span_id
+        if _DIRECT_READS and type(status) is Status:
+            code, description = status._status_code, status._description
+        else:
+            code, description = status.status_code, status.description
+        resource, name, kind, start, end, scope, events, links = fields
+        return (resource, trace_id, span_id, parent, name, kind, start, end, code, description,
+                scope, events, links)
+
     def encode(self, spans: Sequence[ReadableSpan], batch: RowBatch | None = None) -> RowBatch:
         batch = RowBatch() if batch is None else batch
         append = batch.append_span
-        resource_of = self._resource
+        resource_of, fields_of = self._resource, self._fields
         last_resource = last_encoded = None
         for span in spans:
-            # every property read is a Python call: each is read once, and the resource
-            # (nearly always the same object as the previous span's) is looked up on change
-            resource = span.resource
+            (resource, trace_id, span_id, parent_id, name, kind, start, end, code, description,
+             scope, events, links) = fields_of(span)
+            # the resource is nearly always the same object as the previous span's
             if resource is not last_resource:
                 last_resource, last_encoded = resource, resource_of(resource)
             resource_json, service, run_id = last_encoded
-            ctx = span.context
-            parent = span.parent
-            status = span.status
-            scope = span.instrumentation_scope
-            events = _finished_events(span)
-            links = _finished_links(span)
-            name, description = span.name, status.description
             scope_name = None if scope is None else scope.name
-            start, end = span.start_time, span.end_time
             try:
                 # the SDK stores whatever the instrumented code passed: the span's own scalars
                 # are checked here (RowBatch checks promoted attributes, attributes, events);
@@ -157,21 +253,20 @@ class SpanEncoder:
                                                       status_message=description,
                                                       scope=scope_name))
                 append(
-                    run_id, format(ctx.trace_id, "032x"), format(ctx.span_id, "016x"),
-                    None if parent is None else format(parent.span_id, "016x"), name,
+                    run_id, format(trace_id, "032x"), format(span_id, "016x"),
+                    None if parent_id is None else format(parent_id, "016x"), name,
                     # ``_name_`` is the enum member's own attribute: ``.name`` and hashing the
                     # member for a dict lookup both run Python code
-                    span.kind._name_, service, start, end,
-                    status.status_code._name_, description,
+                    kind._name_, service, start, end, code._name_, description,
                     _plain_attributes(span), resource_json, scope_name,
-                    [(e.name, e.timestamp, e.attributes) for e in events] if events else None,
+                    self._events(events) if events else None,
                     [(_hex_trace(lk.context.trace_id), _hex_span(lk.context.span_id),
                       lk.attributes) for lk in links] if links else None,
                 )
             except ColumnFitError as exc:
                 self.rejected += 1
                 if self.problem is None:
-                    self.problem = f"span {format(ctx.span_id, '016x')}: {exc}"
+                    self.problem = f"span {format(span_id, '016x')}: {exc}"
         return batch
 
 
