@@ -58,9 +58,13 @@ class ControlRoute:
     participant_kind: ParticipantKind | None  # fixed by the route in the first generation
     # an operation (visible in checkpoint_ops, open while it runs), not a poll; decided once
     is_operation: bool = field(init=False)
+    # ``participant_kind.value``, read once (an enum's ``value`` is a Python-level property)
+    kind_value: str | None = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "is_operation", self.op not in (STATUS_OP, ACKNOWLEDGE_OP))
+        object.__setattr__(self, "kind_value", None if self.participant_kind is None
+                           else self.participant_kind.value)
 
 
 _OP_SPANS = {
@@ -139,8 +143,9 @@ def rollout_attributes(path: str) -> dict[str, Any] | None:
 
 
 def _is_mapping(value: Any) -> bool:
-    # what a JSON body decodes to is a dict: that answer costs no ABC instance check
-    return type(value) is dict or isinstance(value, Mapping)
+    # what a JSON body decodes to is a dict, and a field it lacks is None: neither answer costs
+    # an ABC instance check
+    return type(value) is dict or (value is not None and isinstance(value, Mapping))
 
 
 def _count(value: Any) -> int | None:
@@ -152,7 +157,9 @@ def _text(value: Any, limit: int = MAX_ID_CHARS) -> str | None:
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    kind = type(value)
+    if kind is float or kind is int or (
+            isinstance(value, (int, float)) and not isinstance(value, bool)):
         return float(value)
     return None
 
@@ -176,29 +183,35 @@ def request_attributes(body: Any) -> dict[str, Any]:
     if not _is_mapping(body):
         return {}
     attrs: dict[str, Any] = {}
-    if "checkpoint_id" in body:
-        ck = _text(body["checkpoint_id"])
+    get = body.get
+    ck = get("checkpoint_id")
+    if ck is not None:
+        ck = _text(ck)
         if ck is not None:
             attrs[Attr.CHECKPOINT_ID] = ck
-    if "deadline_ts" in body:
-        deadline = _number(body["deadline_ts"])
+    deadline = get("deadline_ts")
+    if deadline is not None:
+        deadline = _number(deadline)
         if deadline is not None:
             attrs[Attr.CK_DEADLINE_TS] = deadline
-    for key, attr in (("episode_ids", Attr.CK_EPISODES), ("rollout_ids", Attr.CK_ROLLOUTS)):
-        value = body.get(key)
-        if isinstance(value, list):
-            attrs[attr] = len(value)
-    # the first generation's abort_inflight / retire name one attempt
-    if "rollout_id" in body:
-        rollout = _text(body["rollout_id"])
-        attempt = _count(body.get("attempt_index"))
-        if rollout is not None:
-            attrs[Attr.EPISODE_ROLLOUT_ID] = rollout
-            if attempt is not None:
-                attrs[Attr.EPISODE_ATTEMPT] = attempt
+    # most requests name no episodes, rollouts or attempt: one set test says so
+    if not body.keys().isdisjoint(_SCOPE_KEYS):
+        for key, attr in (("episode_ids", Attr.CK_EPISODES), ("rollout_ids", Attr.CK_ROLLOUTS)):
+            value = get(key)
+            if isinstance(value, list):
+                attrs[attr] = len(value)
+        # the first generation's abort_inflight / retire name one attempt
+        if "rollout_id" in body:
+            rollout = _text(body["rollout_id"])
+            attempt = _count(get("attempt_index"))
+            if rollout is not None:
+                attrs[Attr.EPISODE_ROLLOUT_ID] = rollout
+                if attempt is not None:
+                    attrs[Attr.EPISODE_ATTEMPT] = attempt
     return attrs
 
 
+_SCOPE_KEYS = frozenset(("episode_ids", "rollout_ids", "rollout_id"))
 _COUNT_KEYS = {
     "inflight": Attr.CK_COUNT_INFLIGHT, "held": Attr.CK_COUNT_HELD, "cut": Attr.CK_COUNT_CUT,
     "cut_failed": Attr.CK_COUNT_CUT_FAILED, "cut_skipped": Attr.CK_COUNT_CUT_SKIPPED,
@@ -274,23 +287,34 @@ def reply_attributes(body: Any) -> dict[str, Any]:
     if not _is_mapping(body):
         return {}
     attrs: dict[str, Any] = {}
-    for key, attr, read in _REPLY_FIELDS:
-        if key in body and attr not in attrs:
-            value = read(body[key])
-            if value is not None:
-                attrs[attr] = value
+    keys = body.keys()
+    if not keys.isdisjoint(_REPLY_KEYS):
+        for key, attr, read in _REPLY_FIELDS:
+            if key in body and attr not in attrs:
+                value = read(body[key])
+                if value is not None:
+                    attrs[attr] = value
+    if keys.isdisjoint(_NESTED_KEYS):  # most replies: no report, readiness, blockers, counters
+        return attrs
     report = body.get("report")
     if _is_mapping(report):
-        if isinstance(report.get("ready"), bool):
-            attrs[Attr.CK_READY] = report["ready"]
+        ready = report.get("ready")
+        if ready is True or ready is False:
+            attrs[Attr.CK_READY] = ready
         _blockers(attrs, report.get("blockers"), report.get("blocker_count"))
         _counts(attrs, report.get("counts"))
-    if isinstance(body.get("ready_to_commit"), bool):
-        attrs[Attr.CK_READY] = body["ready_to_commit"]
+    ready = body.get("ready_to_commit")
+    if ready is True or ready is False:
+        attrs[Attr.CK_READY] = ready
     if "blocking_attempts" in body:
         _blockers(attrs, body.get("blocking_attempts"), None)
     _counts(attrs, body)
     return attrs
+
+
+_REPLY_KEYS = frozenset(key for key, _, _ in _REPLY_FIELDS)
+# what the rest of ``reply_attributes`` reads at the top level of a reply
+_NESTED_KEYS = frozenset(("report", "ready_to_commit", "blocking_attempts", *_COUNT_KEYS))
 
 
 def acknowledged_receipts(body: Any) -> list[dict[str, Any]]:

@@ -22,7 +22,8 @@ The rules, in order of importance:
 
 1. Never alter a request or a response. Every ASGI message is passed on as received, the same
    object, before the next one is awaited; nothing is buffered, so a streaming response's first
-   byte leaves when the app sends it. Only copies are kept.
+   byte leaves when the app sends it. Only copies are kept (a whole body sent as one ``bytes``
+   is kept as that object: nothing can change it).
 2. Never raise into the server. Everything the middleware does of its own is guarded and
    counted (``failures``); exceptions of the app or of the server's ``receive``/``send``
    propagate unchanged.
@@ -107,7 +108,10 @@ class _Body:
             self.given_up = True
             self.data = bytearray()
             return
-        self.data += chunk
+        if not more and not self.data and type(chunk) is bytes:
+            self.data = chunk  # a whole body in one message: bytes do not change, no copy
+        else:
+            self.data += chunk
         self.complete = not more
 
     def json(self) -> Any:
@@ -123,10 +127,12 @@ def _is_json(headers: Any, limit: int) -> bool:
     """A response worth copying: JSON, and not announced bigger than the cap."""
     json_type = False
     for name, value in headers:
-        lowered = name.lower()
-        if lowered == b"content-type":
-            json_type = b"json" in value.lower()
-        elif lowered == b"content-length":
+        # only the two names' lengths can match: any other header costs one length test, and
+        # a name sent lowercase (as ASGI asks) one comparison
+        size = len(name)
+        if size == 12 and (name == b"content-type" or name.lower() == b"content-type"):
+            json_type = b"json" in value or b"json" in value.lower()
+        elif size == 14 and (name == b"content-length" or name.lower() == b"content-length"):
             try:
                 if int(value) > limit:
                     return False
@@ -138,15 +144,17 @@ def _is_json(headers: Any, limit: int) -> bool:
 class _Exchange:
     """One observed request/response: status, bounded body copies, when it ended."""
 
-    __slots__ = ("request", "response", "status", "end_ns", "on_request_complete", "recorded",
-                 "parent", "span")
+    __slots__ = ("request", "response", "status", "end_ns", "marker", "recorded", "parent",
+                 "span")
 
     def __init__(self, limit: int, copy_request: bool) -> None:
         self.request = _Body(limit) if copy_request else None
         self.response: _Body | None = None
         self.status: int | None = None
         self.end_ns = 0
-        self.on_request_complete: Callable[[], None] | None = None
+        # (route, method, start) of an operation to show open if it is still running
+        # OPEN_MARKER_AFTER_S after its request body is in
+        self.marker: tuple[ControlRoute, str, int] | None = None
         self.recorded = False
         self.parent: Context | None = None  # the span's parent, read when the request arrived
         self.span: Span | None = None  # made once the operation ends, or is shown open
@@ -238,8 +246,7 @@ class GymCheckpointMiddleware:
             self.failures.record(exc)
             exchange.recorded = True  # nothing to record it under
         if route.is_operation and not exchange.recorded:
-            exchange.on_request_complete = lambda: self._schedule_marker(
-                route, scope, exchange, start)
+            exchange.marker = (route, scope.get("method", ""), start)
 
         async def observed_receive() -> Message:
             message = await receive()
@@ -251,7 +258,7 @@ class GymCheckpointMiddleware:
 
         async def observed_send(message: Message) -> None:
             try:
-                self._on_response(exchange, message, copy=True)
+                self._on_response(exchange, message, True)
                 if exchange.end_ns:
                     # recorded before the last chunk leaves: a caller holding the whole reply
                     # knows its span has ended (and the first byte was never waited on)
@@ -267,30 +274,32 @@ class GymCheckpointMiddleware:
             raised = exc
             raise
         finally:
-            self._end_control(route, scope, exchange, start, raised)
+            if not exchange.recorded:  # nearly always recorded as its last chunk left
+                self._end_control(route, scope, exchange, start, raised)
 
     @staticmethod
     def _route_attributes(route: ControlRoute, method: str) -> dict[str, Any]:
         return {Attr.CK_OPERATION: route.op, Attr.HTTP_ROUTE: route.path,
                 Attr.HTTP_METHOD: method}
 
-    def _identity(self, route: ControlRoute) -> dict[str, Any]:
-        attrs: dict[str, Any] = {}
-        kind = (route.participant_kind.value if route.participant_kind is not None
+    def _add_identity(self, attrs: dict[str, Any], route: ControlRoute) -> None:
+        """The participant kind and instance into ``attrs``: the route's kind (first
+        generation) wins, then the configured one, then what a reply said."""
+        kind = (route.kind_value if route.kind_value is not None
                 else self._kind or self._learned.get(Attr.CK_PARTICIPANT_KIND))
         if kind is not None:
             attrs[Attr.CK_PARTICIPANT_KIND] = kind
         instance = self._instance or self._learned.get(Attr.CK_INSTANCE)
         if instance is not None:
             attrs[Attr.CK_INSTANCE] = instance
-        return attrs
 
     @staticmethod
     def _parent(scope: Scope) -> Context:
         """The current span (an outer OTel server middleware's), else the caller's
         ``traceparent``: control calls carry the coordinator's trace context."""
         current = otel_context.get_current()
-        if trace.get_current_span(current).get_span_context().is_valid:
+        # an empty context (no outer OTel middleware, the usual case) holds no span
+        if current and trace.get_current_span(current).get_span_context().is_valid:
             return current
         carrier: dict[str, str] | None = None
         for name, value in scope.get("headers", ()):
@@ -303,13 +312,13 @@ class GymCheckpointMiddleware:
     def _on_request(self, exchange: _Exchange, message: Message) -> None:
         if message.get("type") != "http.request" or exchange.request is None:
             return
-        body = exchange.request
-        body.add(message.get("body", b""), message.get("more_body", False))
-        if not message.get("more_body", False) and exchange.on_request_complete is not None:
-            callback, exchange.on_request_complete = exchange.on_request_complete, None
-            callback()
+        more = message.get("more_body", False)
+        exchange.request.add(message.get("body", b""), more)
+        if not more and exchange.marker is not None:
+            marker, exchange.marker = exchange.marker, None
+            self._schedule_marker(exchange, marker)
 
-    def _on_response(self, exchange: _Exchange, message: Message, *, copy: bool) -> None:
+    def _on_response(self, exchange: _Exchange, message: Message, copy: bool) -> None:
         kind = message.get("type")
         if kind == "http.response.start":
             exchange.status = message.get("status")
@@ -322,8 +331,8 @@ class GymCheckpointMiddleware:
             if not more:
                 exchange.end_ns = self._time_ns()
 
-    def _schedule_marker(self, route: ControlRoute, scope: Scope, exchange: _Exchange,
-                         start: int) -> None:
+    def _schedule_marker(self, exchange: _Exchange,
+                         operation: tuple[ControlRoute, str, int]) -> None:
         """The request body is in: if the operation is still running OPEN_MARKER_AFTER_S from
         now (a prepare waiting for readiness), show it in the live views."""
         loop = asyncio.get_running_loop()
@@ -331,7 +340,7 @@ class GymCheckpointMiddleware:
         if markers is None or markers.loop is not loop:
             # one queue per loop; one made for another loop keeps serving what it holds
             markers = self._markers = _OpenMarkers(loop, self._open_after_s, self._mark_open)
-        markers.add(exchange, (route, scope.get("method", ""), start))
+        markers.add(exchange, operation)
 
     def _mark_open(self, exchange: _Exchange, route: ControlRoute, method: str,
                    start: int) -> None:
@@ -340,7 +349,7 @@ class GymCheckpointMiddleware:
         try:
             body = exchange.request.json() if exchange.request is not None else None
             attrs = self._route_attributes(route, method)
-            attrs.update(self._identity(route))
+            self._add_identity(attrs, route)
             attrs.update(request_attributes(body))
             exchange.span = self._tracer.start_span(route.span_name, context=exchange.parent,
                                                     attributes=attrs, start_time=start)
@@ -370,10 +379,10 @@ class GymCheckpointMiddleware:
                 if query.get("checkpoint_id"):
                     attrs[Attr.CHECKPOINT_ID] = query["checkpoint_id"][0][:256]
             learned = reply_attributes(reply)
-            self._learn(learned)
-            attrs.update(learned)
-            # the route's kind (first generation) wins, then the configured one, then the reply's
-            attrs.update(self._identity(route))
+            if learned:
+                self._learn(learned)
+                attrs.update(learned)
+            self._add_identity(attrs, route)
             status = exchange.status
             ok = raised is None and status is not None and 200 <= status < 300
             attrs[Attr.CK_OUTCOME] = _OK if ok else _ERROR
@@ -387,11 +396,10 @@ class GymCheckpointMiddleware:
                 attrs[Attr.ERROR_TYPE] = type(raised).__name__
             span = exchange.span
             if span is None:
-                span = self._tracer.start_span(
-                    route.span_name, context=parent,
-                    attributes={**self._route_attributes(route, scope.get("method", "")),
-                                **attrs},
-                    start_time=start)
+                first = self._route_attributes(route, scope.get("method", ""))
+                first.update(attrs)
+                span = self._tracer.start_span(route.span_name, context=parent,
+                                               attributes=first, start_time=start)
             else:  # shown open while it ran
                 span.set_attributes(attrs)
             if error is not None:
@@ -440,7 +448,7 @@ class GymCheckpointMiddleware:
                             and _is_json(message.get("headers", ()), self._limit)):
                         exchange.response = _Body(self._limit)
                 elif exchange.response is not None:
-                    self._on_response(exchange, message, copy=False)
+                    self._on_response(exchange, message, False)
                     if exchange.end_ns:  # recorded before the last chunk of the refusal leaves
                         self._refused_request(path, scope, exchange, start)
             except Exception as exc:  # noqa: BLE001 - never raise into the server
