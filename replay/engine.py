@@ -188,23 +188,27 @@ class Scheduler:
         """``step`` until it returns False, without a call per event (the virtual driver's
         loop: a large replay runs hundreds of thousands of events)."""
         heap, clock, pop = self._heap, self.clock, heapq.heappop
-        while not self.stopped:
-            if not heap:
-                heap = self._next_bucket()
-                if heap is None:
+        ran = 0  # counted here, added to ``events_run`` once
+        try:
+            while not self.stopped:
+                if not heap:
+                    heap = self._next_bucket()
+                    if heap is None:
+                        return
+                    continue
+                t, _, _, timer = heap[0]
+                if t > horizon:
                     return
-                continue
-            t, _, _, timer = heap[0]
-            if t > horizon:
-                return
-            pop(heap)
-            fn = timer.fn
-            if fn is None:
-                continue
-            args, timer.fn, timer.args = timer.args, None, ()
-            clock.t = t
-            fn(*args)
-            self.events_run += 1
+                pop(heap)
+                fn = timer.fn
+                if fn is None:
+                    continue
+                args, timer.fn, timer.args = timer.args, None, ()
+                clock.t = t
+                fn(*args)
+                ran += 1
+        finally:
+            self.events_run += ran
 
     def stop(self) -> None:
         """End the run after the current event (a terminal controller error)."""

@@ -273,7 +273,9 @@ class GymSide:
         assert run.call_id is not None
         if self._model.finish(run.call_id):
             self._delivered(run)
-            self._prepare.gym_changed()  # a stream that ended may unblock a prepare
+            # a stream that ended may unblock a waiting prepare (the test saves a call a turn)
+            if self._prepare.preparing:
+                self._prepare.gym_changed()
 
     def _delivered(self, run: Run) -> None:
         self._agent.model_call_delivered(run.key)
@@ -296,7 +298,8 @@ class GymSide:
         run.call_id = None
         run.turn += 1
         self._boundary(run)
-        self._prepare.gym_changed()
+        if self._prepare.preparing:
+            self._prepare.gym_changed()
 
     # -- parking (what the checkpoint notes tell Gym) ---------------------------------------------
     def _park(self, run: Run, boundary_state: Any = None) -> None:
