@@ -45,7 +45,6 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
-from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 
 from rolloutscope.collectors.exporter import open_marker_attributes
 from rolloutscope.vocabulary import Attr, ResourceAttr
@@ -67,7 +66,6 @@ _INTERNAL = SpanKind.INTERNAL  # bound once: an ``Enum.MEMBER`` read is slow on 
 _PLAIN_VALUES = frozenset((str, bool, int, float, bytes, type(None)))
 _STR = frozenset((str,))
 _NO_ATTRIBUTES: Mapping[str, Any] = MappingProxyType({})
-_new_tuple, _new_object = tuple.__new__, object.__new__
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,22 +108,9 @@ class ReplaySpan(ReadableSpan):
     def __init__(self, name: str, context: SpanContext, parent: SpanContext | None,
                  resource: Resource, start_time: int,
                  attributes: dict[str, Any] | BoundedAttributes) -> None:
-        # the fields ``ReadableSpan.__init__`` sets, in its order and with its defaults, set
-        # here: its call with nine keyword arguments costs more than the span's own work
-        # (``_sdk_layouts_match`` checks the fields at import)
-        self._name = name
-        self._context = context
-        self._kind = _INTERNAL
-        self._instrumentation_info = None
-        self._instrumentation_scope = SCOPE
-        self._parent = parent
-        self._start_time = start_time
-        self._end_time: int | None = None
-        self._attributes = attributes
-        self._events: Sequence[Event] = ()
-        self._links = ()
-        self._resource = resource
-        self._status = _UNSET
+        super().__init__(name=name, context=context, parent=parent, resource=resource,
+                         attributes=attributes, kind=_INTERNAL, status=_UNSET,
+                         start_time=start_time, instrumentation_scope=SCOPE)
 
     def is_recording(self) -> bool:
         return self._end_time is None
@@ -137,63 +122,6 @@ class ReplaySpan(ReadableSpan):
         elif self._status.status_code is not StatusCode.OK and (
                 status.status_code is not StatusCode.UNSET):
             self._status = status
-
-
-def _via_the_sdk(self: ReplaySpan, name: str, context: SpanContext, parent: SpanContext | None,
-                 resource: Resource, start_time: int,
-                 attributes: dict[str, Any] | BoundedAttributes) -> None:
-    ReadableSpan.__init__(self, name=name, context=context, parent=parent, resource=resource,
-                          attributes=attributes, kind=_INTERNAL, status=_UNSET,
-                          start_time=start_time, instrumentation_scope=SCOPE)
-
-
-def _direct_context(trace_id: int, span_id: int) -> SpanContext:
-    """``SpanContext(trace_id, span_id, False, _SAMPLED)`` built as the tuple it is: its
-    constructor's checks (both ids in range) hold for every id a ``SeededIdGenerator`` draws."""
-    return _new_tuple(SpanContext, (trace_id, span_id, False, _SAMPLED, DEFAULT_TRACE_STATE,
-                                    True))
-
-
-def _direct_event(name: str, attributes: Mapping[str, Any], timestamp: int) -> Event:
-    """``Event(name, attributes, timestamp)`` with its three fields set directly."""
-    event = _new_object(Event)
-    event._name = name
-    event._timestamp = timestamp
-    event._attributes = attributes
-    return event
-
-
-def _sdk_layouts_match() -> bool:
-    """Whether this SDK's span, span context and event are what ``ReplaySpan.__init__``,
-    ``_direct_context`` and ``_direct_event`` build: the same fields, in the same order, with the same values
-    (the SDK's constructors are Python calls with keyword arguments and checks a replay does not
-    need: a sixth of a span's cost). An SDK that lays them out otherwise gets its own
-    constructors, so the spans stay the tracer's."""
-    resource, attrs = Resource({"service.name": "check"}), {"a": 1}
-    context = SpanContext(2**100 + 3, 2**60 + 5, False, _SAMPLED)
-    sdk = ReadableSpan(name="n", context=context, parent=context, resource=resource,
-                       attributes=attrs, kind=_INTERNAL, status=_UNSET, start_time=7,
-                       instrumentation_scope=SCOPE)
-    ours = ReplaySpan("n", context, context, resource, 7, attrs)
-    direct = _direct_context(context.trace_id, context.span_id)
-    return (list(vars(sdk).items()) == list(vars(ours).items())
-            and type(direct) is SpanContext and direct == context
-            and vars(direct) == vars(context)
-            and list(vars(Event("e", attrs, 9)).items())
-            == list(vars(_direct_event("e", attrs, 9)).items()))
-
-
-def _sdk_context(trace_id: int, span_id: int) -> SpanContext:
-    return SpanContext(trace_id, span_id, False, _SAMPLED)
-
-
-DIRECT_CONSTRUCTORS = _sdk_layouts_match()
-_context: Callable[[int, int], SpanContext] = (
-    _direct_context if DIRECT_CONSTRUCTORS else _sdk_context)
-_event: Callable[[str, Mapping[str, Any], int], Event] = (
-    _direct_event if DIRECT_CONSTRUCTORS else Event)
-if not DIRECT_CONSTRUCTORS:  # an SDK laid out otherwise: its own constructors
-    ReplaySpan.__init__ = _via_the_sdk  # type: ignore[method-assign]
 
 
 class _BatchingProcessor(SpanProcessor):
@@ -268,10 +196,8 @@ class Telemetry:
               parent: ReplaySpan | None = None, *, instant: bool = False) -> ReplaySpan:
         a = dict(attrs)
         a[Attr.REPLAY_SCENARIO] = self._scenario
-        resource = self._resources.get(service) or self.resource(service)
-        # ``ns(t)`` written out here, in ``end`` and in ``event``: a call each is measurable
-        span = self._begin(resource, name, self._epoch_ns + round(t * 1e9), a,
-                           None if parent is None else parent._context)
+        span = self._begin(self.resource(service), name, self.ns(t), a,
+                           None if parent is None else parent.context)
         if not instant:
             self._open[span] = None
             if self._live:
@@ -285,7 +211,7 @@ class Telemetry:
         if attrs:
             self._set_attributes(span, attrs)
         self._open.pop(span, None)
-        self._export(span, self._epoch_ns + round(t * 1e9))
+        self._export(span, self.ns(t))
 
     def event(self, span: ReplaySpan, name: str, t: float,
               attrs: Mapping[str, Any] | None = None) -> None:
@@ -300,7 +226,7 @@ class Telemetry:
         else:
             cleaned = BoundedAttributes(self._max_event_attributes, attrs, immutable=True,
                                         max_value_len=self._event_value_len)
-        event = _event(name, cleaned, self._epoch_ns + round(t * 1e9))
+        event = Event(name, cleaned, self.ns(t))
         if span._events:
             span._events.append(event)
         else:
@@ -320,7 +246,7 @@ class Telemetry:
         ids = self._ids
         # the tracer's order: a root draws its trace id before its span id
         trace_id = ids.generate_trace_id() if parent is None else parent.trace_id
-        context = _context(trace_id, ids.generate_span_id())
+        context = SpanContext(trace_id, ids.generate_span_id(), False, _SAMPLED)
         if not (self._span_value_len is None and len(attrs) <= self._max_attributes
                 and _is_plain(attrs)):
             attrs = BoundedAttributes(self._max_attributes, attrs, immutable=False,

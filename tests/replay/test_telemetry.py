@@ -12,14 +12,13 @@ from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Status, StatusCode
 
 from rolloutscope.collectors.exporter import emit_open_marker
 from rolloutscope.vocabulary import Attr, ResourceAttr
-from rolloutscope.replay import telemetry
 from rolloutscope.replay.telemetry import VIRTUAL_EPOCH_NS, SeededIdGenerator, Telemetry
 
 RUN, SCENARIO, SEED = "run-1", "scenario-1", 7
@@ -203,22 +202,3 @@ def test_span_limits_from_the_environment_apply_as_in_the_sdk(monkeypatch):
     replayed, traced = _both(operations)
     assert replayed[0]["dropped_attributes"] == 2 and replayed[0]["dropped_events"] == 2
     assert replayed == traced
-
-
-def test_spans_contexts_and_events_built_directly_are_the_ones_the_sdk_constructors_build():
-    """``Telemetry`` sets the SDK objects' fields itself (their constructors are Python calls a
-    third of its cost). The check made at import holds for the installed SDK, and what the
-    fallback for another SDK layout builds is the same, field for field, in order."""
-    assert telemetry.DIRECT_CONSTRUCTORS and telemetry._sdk_layouts_match()
-    resource = Resource({ResourceAttr.SERVICE_NAME: "svc", ResourceAttr.RUN_ID: RUN})
-    ids = SeededIdGenerator(SEED)
-    root = telemetry._direct_context(ids.generate_trace_id(), ids.generate_span_id())
-    child = telemetry._direct_context(root.trace_id, ids.generate_span_id())
-    assert child == telemetry._sdk_context(child.trace_id, child.span_id)
-    assert child.is_valid and not child.is_remote and child.trace_flags.sampled
-    direct = telemetry.ReplaySpan("n", child, root, resource, 5, {"a": 1})
-    via_sdk = telemetry.ReplaySpan.__new__(telemetry.ReplaySpan)
-    telemetry._via_the_sdk(via_sdk, "n", child, root, resource, 5, {"a": 1})
-    assert list(vars(direct).items()) == list(vars(via_sdk).items())
-    event = telemetry._direct_event("e", {"b": 2}, 9)
-    assert list(vars(event).items()) == list(vars(Event("e", {"b": 2}, 9)).items())
