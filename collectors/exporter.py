@@ -23,14 +23,14 @@ from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanContext, Status, StatusCode
 from opentelemetry.sdk.trace import Event, ReadableSpan, Span, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     SpanExporter,
     SpanExportResult,
 )
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, Status, StatusCode
 
 from rolloutscope.store.errors import QueueFullError
 from rolloutscope.store.fit import ColumnFitError
@@ -88,7 +88,7 @@ def _finished_links(span: ReadableSpan) -> Sequence[Any]:
 
 
 # the public properties of a finished span and of its events that ``SpanEncoder`` reads as the
-# fields behind them, where a type inherits them unchanged (``SpanEncoder._fields``)
+# fields behind them, where a type inherits them unchanged (``SpanEncoder.encode``)
 _SPAN_PROPERTIES = ("name", "context", "parent", "resource", "status", "instrumentation_scope",
                     "events", "links", "start_time", "end_time", "kind", "attributes")
 _EVENT_PROPERTIES = ("name", "timestamp", "attributes")
@@ -128,6 +128,7 @@ def _sdk_fields_match() -> bool:
 
 
 _DIRECT_READS = _sdk_fields_match()
+_NO_SCOPE = object()  # no span's scope: the first span's is encoded
 
 
 def _hex_trace(value: int) -> str:
@@ -160,13 +161,14 @@ class SpanEncoder:
 
     def _events(self, events: Sequence[Any]) -> list[tuple[str, int, Any]]:
         direct = self._direct
-        out = []
+        out: list[tuple[str, int, Any]] = []
+        add = out.append
         for e in events:
             kind = type(e)
             if direct.get(kind) or self._reads_directly(kind, Event, _EVENT_PROPERTIES):
-                out.append((e._name, e._timestamp, e._attributes))
+                add((e._name, e._timestamp, e._attributes))
             else:
-                out.append((e.name, e.timestamp, e.attributes))
+                add((e.name, e.timestamp, e.attributes))
         return out
 
     def _resource(self, resource: Resource) -> tuple[str | None, str | None, str | None]:
@@ -187,59 +189,62 @@ class SpanEncoder:
             self._resources[id(resource)] = cached
         return cached[1], cached[2], cached[3]
 
-    def _fields(self, span: ReadableSpan) -> tuple[Any, ...]:
-        """(resource, trace id, span id, parent span id, name, kind, start, end, status code,
-        status message, scope, events, links) of a finished span.
-
-        A ``ReadableSpan`` (the SDK's, a replay's) is read field by field: each public property
-        is a Python call, and ``events``/``links`` copy into a tuple, together half of what
-        encoding a span cost. Any other span goes through the public API, each property read
-        once."""
-        cls = type(span)
-        if self._direct.get(cls) or self._reads_directly(cls, ReadableSpan, _SPAN_PROPERTIES):
-            ctx, parent, status = span._context, span._parent, span._status
-            events, links = span._events, span._links
-            if events and type(events) is not list:
-                events = getattr(events, "_dq", None) or tuple(events)
-            if links and type(links) is not tuple:
-                links = getattr(links, "_dq", None) or tuple(links)
-            fields = (span._resource, span._name, span._kind, span._start_time,
-                      span._end_time, span._instrumentation_scope, events, links)
-        else:
-            ctx, parent, status = span.context, span.parent, span.status
-            fields = (span.resource, span.name, span.kind, span.start_time, span.end_time,
-                      span.instrumentation_scope, _finished_events(span),
-                      _finished_links(span))
-        # the SDK's span context is a tuple (trace id, span id, ...), and its status keeps
-        # its code and message as they are
-        if _DIRECT_READS and type(ctx) is SpanContext:
-            trace_id, span_id = ctx[0], ctx[1]
-        else:
-            trace_id, span_id = ctx.trace_id, ctx.span_id
-        if parent is not None:
-            parent = parent[1] if _DIRECT_READS and type(parent) is SpanContext \
-                else parent.span_id
-        if _DIRECT_READS and type(status) is Status:
-            code, description = status._status_code, status._description
-        else:
-            code, description = status.status_code, status.description
-        resource, name, kind, start, end, scope, events, links = fields
-        return (resource, trace_id, span_id, parent, name, kind, start, end, code, description,
-                scope, events, links)
+    @staticmethod
+    def _public_fields(span: ReadableSpan) -> tuple[Any, ...]:
+        """(context, parent, status, resource, name, kind, start, end, scope, events, links,
+        attributes) of a span whose type overrides a public property: each read once."""
+        return (span.context, span.parent, span.status, span.resource, span.name, span.kind,
+                span.start_time, span.end_time, span.instrumentation_scope,
+                _finished_events(span), _finished_links(span), _plain_attributes(span))
 
     def encode(self, spans: Sequence[ReadableSpan], batch: RowBatch | None = None) -> RowBatch:
+        """The spans' rows, added to ``batch`` (a new one if None).
+
+        A ``ReadableSpan`` (the SDK's finished spans, a replay's) is read field by field, in
+        this loop: each public property is a Python call, and ``events``/``links`` copy into a
+        tuple, together more than half of what encoding a span cost; a type that overrides a
+        property goes through the public API (``_public_fields``). The resource and the scope
+        are nearly always the previous span's objects: each is encoded when it changes."""
         batch = RowBatch() if batch is None else batch
         append = batch.append_span
-        resource_of, fields_of = self._resource, self._fields
+        direct, reads_directly = self._direct, self._reads_directly
+        # the SDK's span context is a tuple (trace id, span id, ...), and its status keeps its
+        # code and message as they are (``_sdk_fields_match``)
+        context_type, status_type = (SpanContext, Status) if _DIRECT_READS else (None, None)
         last_resource = last_encoded = None
+        last_scope: Any = _NO_SCOPE
+        scope_name = None
         for span in spans:
-            (resource, trace_id, span_id, parent_id, name, kind, start, end, code, description,
-             scope, events, links) = fields_of(span)
-            # the resource is nearly always the same object as the previous span's
+            cls = type(span)
+            if direct.get(cls) or reads_directly(cls, ReadableSpan, _SPAN_PROPERTIES):
+                ctx, parent, status = span._context, span._parent, span._status
+                resource, name, kind = span._resource, span._name, span._kind
+                start, end, scope = span._start_time, span._end_time, span._instrumentation_scope
+                events, links, attributes = span._events, span._links, span._attributes
+                if events and type(events) is not list:
+                    events = getattr(events, "_dq", None) or tuple(events)
+                if links and type(links) is not tuple:
+                    links = getattr(links, "_dq", None) or tuple(links)
+                if type(attributes) is not dict:
+                    attributes = _plain_attributes(span)
+            else:
+                (ctx, parent, status, resource, name, kind, start, end, scope, events, links,
+                 attributes) = self._public_fields(span)
+            if type(ctx) is context_type:
+                trace_id, span_id = ctx[0], ctx[1]
+            else:
+                trace_id, span_id = ctx.trace_id, ctx.span_id
+            if parent is not None:
+                parent = parent[1] if type(parent) is context_type else parent.span_id
+            if type(status) is status_type:
+                code, description = status._status_code, status._description
+            else:
+                code, description = status.status_code, status.description
             if resource is not last_resource:
-                last_resource, last_encoded = resource, resource_of(resource)
+                last_resource, last_encoded = resource, self._resource(resource)
             resource_json, service, run_id = last_encoded
-            scope_name = None if scope is None else scope.name
+            if scope is not last_scope:
+                last_scope, scope_name = scope, None if scope is None else scope.name
             try:
                 # the SDK stores whatever the instrumented code passed: the span's own scalars
                 # are checked here (RowBatch checks promoted attributes, attributes, events);
@@ -254,11 +259,11 @@ class SpanEncoder:
                                                       scope=scope_name))
                 append(
                     run_id, format(trace_id, "032x"), format(span_id, "016x"),
-                    None if parent_id is None else format(parent_id, "016x"), name,
+                    None if parent is None else format(parent, "016x"), name,
                     # ``_name_`` is the enum member's own attribute: ``.name`` and hashing the
                     # member for a dict lookup both run Python code
                     kind._name_, service, start, end, code._name_, description,
-                    _plain_attributes(span), resource_json, scope_name,
+                    attributes, resource_json, scope_name,
                     self._events(events) if events else None,
                     [(_hex_trace(lk.context.trace_id), _hex_span(lk.context.span_id),
                       lk.attributes) for lk in links] if links else None,

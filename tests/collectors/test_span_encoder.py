@@ -84,3 +84,24 @@ def test_a_span_type_that_overrides_a_property_is_read_through_it():
                       instrumentation_scope=span.instrumentation_scope)
     rows = _rows([renamed])["spans"]
     assert len(rows) == 1 and "renamed" in rows[0] and span.name not in rows[0]
+
+
+def test_spans_of_several_scopes_and_resources_in_one_batch_keep_each_their_own():
+    out = InMemorySpanExporter()
+    tracers = []
+    for service in ("svc-a", "svc-b"):
+        provider = TracerProvider(resource=Resource({ResourceAttr.SERVICE_NAME: service}))
+        provider.add_span_processor(SimpleSpanProcessor(out))
+        tracers += [provider.get_tracer("scope.one"), provider.get_tracer("scope.two")]
+    for i in range(12):  # each span's scope and resource differ from the previous span's
+        tracers[(i * 3) % 4].start_span(f"s{i}", start_time=T0 + i).end(end_time=T0 + i + 1)
+    spans = list(out.get_finished_spans())
+    unscoped = spans[0]
+    spans.insert(5, ReadableSpan(name="unscoped", context=unscoped.context,
+                                 resource=unscoped.resource, start_time=T0, end_time=T0 + 1))
+    rows = _rows(spans)["spans"]
+    assert [(row[4], row[6], row[-1]) for row in rows] == [
+        (s.name, s.resource.attributes[ResourceAttr.SERVICE_NAME],
+         None if s.instrumentation_scope is None else s.instrumentation_scope.name)
+        for s in spans]
+    assert {row[-1] for row in rows} == {"scope.one", "scope.two", None}
