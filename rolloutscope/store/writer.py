@@ -129,6 +129,7 @@ class StoreWriter:
         self.stats = WriterStats()
         self._submitted_seq = 0
         self._committed_seq = 0  # every batch with seq <= this is committed or failed
+        self._flush_seq = 0  # a flush waits for every batch with seq <= this: commit it now
         self._open_markers = self._con.execute("SELECT count(*) FROM open_spans").fetchall()[0][0]
         if self._lake_author is not None:
             # other writers add markers this one never counts: always look for ended ones
@@ -198,6 +199,7 @@ class StoreWriter:
         """Wait until everything submitted before this call is committed (or has failed)."""
         with self._cond:
             target = self._submitted_seq
+            self._flush_seq = max(self._flush_seq, target)
             self._cond.notify_all()
             return self._cond.wait_for(lambda: self._committed_seq >= target, timeout)
 
@@ -222,7 +224,7 @@ class StoreWriter:
             first_at = self._queue[0][2]
             idle_since: tuple[float, int] | None = None  # (when, queue length then)
             while (self._queued_rows < self.max_rows and self._queued_bytes < self.max_bytes
-                   and not self._closing):
+                   and not self._closing and self._flush_seq <= self._committed_seq):
                 now = time.monotonic()
                 remaining = first_at + self.max_delay_s - now
                 if remaining <= 0:

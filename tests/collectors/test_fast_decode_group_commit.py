@@ -97,3 +97,13 @@ def test_concurrent_requests_are_acknowledged_after_their_one_commit(tmp_path) -
         results, commits = asyncio.run(main(store))
     assert results == [(250, 1_000)] * 4
     assert commits == 1
+
+
+def test_a_flush_commits_what_is_gathered_without_waiting_for_the_time_bound(tmp_path) -> None:
+    """The in-process exporter gathers for a second; ``force_flush`` must not wait for it."""
+    with RunStore(tmp_path / "run.duckdb") as store:
+        writer = store.writer(max_delay_ms=LONG_MS)
+        commits = [writer.submit(_batch(10)) for _ in range(3)]
+        assert writer.flush(timeout=60)
+        assert all(c.done for c in commits) and writer.stats.committed_rows == 30
+        assert store.query("SELECT count(*) FROM logs")[0][0] == 30
