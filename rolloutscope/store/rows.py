@@ -19,6 +19,8 @@ import pyarrow.compute as pc
 from rolloutscope.store.fit import (
     COPIED,
     COPIED_KEYS,
+    INT32_MAX,
+    INT32_MIN,
     INT64_MAX,
     INT64_MIN,
     ColumnFitError,
@@ -155,7 +157,11 @@ _COPY_SLOT = {key: (slot, rank) for slot, copy in enumerate(COPIED)
               for rank, key in enumerate(copy.keys)}
 _INT_SLOTS = frozenset(slot for slot, copy in enumerate(COPIED) if copy.sql == "INTEGER")
 _AUTHORITY = next(slot for slot, copy in enumerate(COPIED) if copy.column == "server_authority")
-_PORT = COPIED[_AUTHORITY].keys[2]
+_HOST, _ADDRESS, _PORT = COPIED[_AUTHORITY].keys
+# a column's first key -> (the column's place, the type it takes as it is): a str to a text
+# column (server_authority's http.host included), an int to http_status
+_FIRST_KEY = {copy.keys[0]: (slot, str if copy.sql == "VARCHAR" else int)
+              for slot, copy in enumerate(COPIED)}
 # what attributes_json writes as itself; any other value (a Decimal, a datetime, a numpy int) it
 # writes as orjson or str() renders it, which the copy must match
 _JSON_NATIVE = (str, int, float, bytes, bytearray, list, tuple, Mapping)
@@ -171,6 +177,16 @@ def copied(attrs: Mapping[str, Any]) -> tuple[Any, ...]:
     get = attrs.get
     for key in present:
         value = get(key)
+        first = _FIRST_KEY.get(key)
+        if first is not None and type(value) is first[1] and (
+                first[1] is str or INT32_MIN <= value <= INT32_MAX):
+            row[first[0]] = value  # the usual case, copied as it is whatever else is there
+            continue
+        if key == _ADDRESS and type(value) is str and get(_HOST) is None:
+            port = get(_PORT)  # a CLIENT span's usual address: text and an int port
+            if type(port) is int:
+                row[_AUTHORITY] = f"{value}:{port}"
+                continue
         if value is not None and not isinstance(value, _JSON_NATIVE):
             # rare: copied from the JSON text itself, whose values are all native
             return copied(orjson.loads(attributes_json(attrs)))
