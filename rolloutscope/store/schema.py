@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from rolloutscope.store.fit import COPIED, Copy
+from rolloutscope.store.fit import COPIED, COPIED_KEYS, Copy
 
 _ARROW = {"VARCHAR": pa.string(), "INTEGER": pa.int32()}
 
@@ -208,8 +208,7 @@ def migration(found: int) -> tuple[str, ...]:
     if found >= 2:
         return ()
     out = []
-    any_key = " OR ".join(_has_key(key, "attributes")
-                          for key in sorted({k for copy in COPIED for k in copy.keys}))
+    any_key = " OR ".join(_has_key(key, "attributes") for key in sorted(COPIED_KEYS))
     for table in COPIED_TABLES:
         out.extend(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {copy.column} {copy.sql}"
                    for copy in COPIED)
