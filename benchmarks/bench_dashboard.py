@@ -34,6 +34,8 @@ from rolloutscope.dashboard.datastore import (
     DataStore,
 )
 
+from synthetic import insert_spans  # noqa: E402 - benchmarks/ is the script's own folder
+
 T0 = 1_800_000_000 * 10**9
 VIEW_READS = {  # which store views each dashboard view draws from
     "overview": ["incidents", "rollout_attempts", "checkpoint_windows", "shard_states"],
@@ -162,12 +164,11 @@ def bench_store(label: str, path: Path) -> None:
     shutil.rmtree(work.parent, ignore_errors=True)
 
 
-SYNTH_SQL = """
-INSERT INTO spans
+SYNTH_SQL = insert_spans("""
 SELECT 'synthetic' AS run_id, 't' || (i // 64) AS trace_id, 's' || i AS span_id, NULL,
        name, 'INTERNAL', 'bench', start_ns, end_ns, 'UNSET', NULL,
        rollout_id, attempt, prompt_idx, checkpoint_id, participant_kind, shard_idx,
-       attributes, '{{}}', '{{}}'
+       attributes, '{{}}' AS resource, '{{}}' AS scope
 FROM (
   SELECT i,
     CASE WHEN i < 48000 THEN 'rl.rollout.attempt'
@@ -193,8 +194,7 @@ FROM (
          WHEN i < 116000 AND i >= 115200 THEN '{{"nemo.gym.checkpoint.outcome": "ok"}}'
          ELSE '{{"gen_ai.usage.output_tokens": ' || (i % 4096) || '}}' END AS attributes
   FROM range({n}) r(i)
-)
-"""
+)""")
 
 
 def synthesize(path: Path, n: int) -> None:

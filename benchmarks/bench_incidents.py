@@ -84,6 +84,8 @@ def measure(path: Path, label: str, repeats: int, views_dir: Path | None,
     with RunStore(path, read_only=True) as store, closing(store.new_cursor()) as new, \
             closing(store.new_cursor()) as base:
         assert new is not base
+        for cur in (new, base):  # a file of an older version: its tables as this one's
+            store.install_legacy_tables(cur)
         _install(new, _texts(views_dir))
         _install(base, _texts(baseline_dir))
         spans = new.execute("SELECT count(*) FROM spans").fetchall()[0][0]

@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 
 from rolloutscope.store import RunStore
+from rolloutscope.store.fit import COPIED
+from rolloutscope.store.schema import copy_sql
 
 RUN = "synthetic"
 T0 = 1_800_000_000 * 10**9
@@ -118,20 +120,32 @@ WHERE t.j < CASE WHEN c.storm THEN 5 WHEN c.wedged THEN 2 ELSE 1 END
 _SPAN_COLS = ("run_id, trace_id, span_id, parent_span_id, name, kind, service, start_ns, end_ns, "
               "status_code, status_message, rollout_id, attempt, prompt_idx, checkpoint_id, "
               "participant_kind, shard_idx, attributes, resource, scope")
+# the copied attributes' columns, computed from the JSON by the rules the collector copies them
+# by (schema.copy_sql: the same rules, in SQL)
+_COPIED_COLS = ", ".join(copy.column for copy in COPIED)
+_COPIES = ", ".join(f"{copy_sql(copy)} AS {copy.column}" for copy in COPIED)
+
+
+def insert_spans(select: str) -> str:
+    """INSERT INTO spans of ``select``'s rows (the columns of _SPAN_COLS, its attributes
+    named ``attributes``), with their copied attributes."""
+    return f"""
+INSERT INTO spans ({_SPAN_COLS}, {_COPIED_COLS})
+SELECT s.*, {_COPIES}
+FROM ({select}) s
+"""
 
 
 def _span_insert(name: str, salt: int, start: str, end: str, attrs: str,
                  service: str = "nemo-rl/controller", copies: int = 1,
                  where: str = "true") -> str:
-    return f"""
-INSERT INTO spans ({_SPAN_COLS})
+    return insert_spans(f"""
 SELECT ?, p.trace_hi || lpad(to_hex(p.idx), 16, '0'),
        lpad(to_hex(hash(p.idx * 97 + {salt} * 1000003 + c.k)), 16, '0'), NULL,
        '{name}', 'INTERNAL', '{service}', {start}, {end}, 'UNSET', NULL,
-       'p' || p.idx, 0, p.idx, NULL, NULL, NULL, {attrs}, NULL, 'synthetic'
+       'p' || p.idx, 0, p.idx, NULL, NULL, NULL, {attrs} AS attributes, NULL, 'synthetic'
 FROM synthetic_prompts p, range({copies}) c(k)
-WHERE {where}
-"""
+WHERE {where}""")
 
 
 _ID = "'nemo.rl.prompt.idx', p.idx, 'nemo.gym.rollout.id', 'p' || p.idx, 'nemo.rl.rollout.attempt', 0"
@@ -206,15 +220,13 @@ def _gym_span(name: str, kind: str, service: str, span_id: str, parent: str | No
               status: str = "'UNSET'", source: str = "synthetic_prompts p",
               where: str = "true", scope: str = "nemo.gym") -> str:
     svc, resource = _GYM_SERVICES[service]
-    return f"""
-INSERT INTO spans ({_SPAN_COLS})
+    return insert_spans(f"""
 SELECT ?, lpad(to_hex(hash(p.idx * 3 + 1)), 16, '0') || lpad(to_hex(p.idx), 16, '0'),
        {span_id}, {parent or 'NULL'}, {name}, '{kind}', '{svc}', {start}, {end}, {status}, NULL,
-       {'p.gym_key' if rollout else 'NULL'}, NULL, NULL, NULL, NULL, NULL, {attrs},
+       {'p.gym_key' if rollout else 'NULL'}, NULL, NULL, NULL, NULL, NULL, {attrs} AS attributes,
        '{resource}', '{scope}'
 FROM {source}
-WHERE p.released_gym AND {where}
-"""
+WHERE p.released_gym AND {where}""")
 
 
 def _server_attrs(authority: str, target: str, status: str) -> str:
@@ -304,8 +316,7 @@ _RELEASED_GYM_INSERTS = [
               scope="nemo.lens.helpers"),
 ]
 # liveness probes of every model backend, every 30 s; the wedged backend passes them all
-_PROBES = f"""
-INSERT INTO spans ({_SPAN_COLS})
+_PROBES = insert_spans(f"""
 SELECT $1, lpad(to_hex(2000000 + b.b), 16, '0') || lpad(to_hex(t.i), 16, '0'),
        lpad(to_hex(hash(t.i * 17 + b.b)), 16, '0'), NULL, 'HTTP GET', 'CLIENT',
        'nemo-rl/controller', {T0} + t.i * 30 * {S}::BIGINT,
@@ -313,9 +324,8 @@ SELECT $1, lpad(to_hex(2000000 + b.b), 16, '0') || lpad(to_hex(t.i), 16, '0'),
        NULL,
        json_object('http.request.method', 'GET',
                    'url.full', 'http://10.1.0.' || b.b || ':8000/health',
-                   'http.response.status_code', 200)::VARCHAR, NULL, 'synthetic'
-FROM range($2) t(i), range({BACKENDS}) b(b)
-"""
+                   'http.response.status_code', 200)::VARCHAR AS attributes, NULL, 'synthetic'
+FROM range($2) t(i), range({BACKENDS}) b(b)""")
 
 _EVENTS = f"""
 INSERT INTO span_events
@@ -331,8 +341,7 @@ CROSS JOIN LATERAL (
 WHERE s.name = 'gym.agent.execution'
 """
 
-_CHECKPOINTS = f"""
-INSERT INTO spans ({_SPAN_COLS})
+_CHECKPOINTS = insert_spans(f"""
 SELECT $1, lpad(to_hex(k.i), 32, '0'), lpad(to_hex(k.i * 16 + ph.j), 16, '0'), NULL,
        ph.name, 'INTERNAL', 'nemo-rl/controller',
        {T0} + k.i * $3::BIGINT * {S}::BIGINT, {T0} + k.i * $3::BIGINT * {S}::BIGINT + 60 * {S}::BIGINT,
@@ -341,34 +350,31 @@ SELECT $1, lpad(to_hex(k.i), 32, '0'), lpad(to_hex(k.i * 16 + ph.j), 16, '0'), N
                    'nemo.gym.checkpoint.participant_kind', ph.kind,
                    'nemo.rl.fence.owner', 'gym_checkpoint',
                    'nemo.rl.snapshot.outcome', 'published',
-                   'nemo.gym.checkpoint.outcome', 'ok')::VARCHAR, NULL, 'synthetic'
+                   'nemo.gym.checkpoint.outcome', 'ok')::VARCHAR AS attributes, NULL, 'synthetic'
 FROM range(1, $2 + 1) k(i),
      (VALUES (0, 'rl.admission.fence', NULL), (1, 'rl.rollout_snapshot', NULL),
              (2, 'gym.checkpoint.prepare', 'model'), (3, 'gym.checkpoint.prepare', 'agent'),
              (4, 'gym.checkpoint.commit', 'agent'), (5, 'gym.checkpoint.resume', 'agent'),
-             (6, 'gym.checkpoint.coordinate.commit', 'controller')) ph(j, name, kind)
-"""
+             (6, 'gym.checkpoint.coordinate.commit', 'controller')) ph(j, name, kind)""")
 
 # the wrapped prompts in flight at a snapshot are parked for it
-_PARKED = f"""
-INSERT INTO spans ({_SPAN_COLS})
+_PARKED = insert_spans(f"""
 SELECT ?, p.trace_hi || lpad(to_hex(p.idx), 16, '0'),
        lpad(to_hex(hash(p.idx * 131 + 17)), 16, '0'), NULL, 'gym.agent.parked', 'INTERNAL',
        'nemo-gym/agent', w.start_ns + {S}::BIGINT, w.start_ns + 60 * {S}::BIGINT, 'UNSET', NULL,
        'p' || p.idx, 0, p.idx, w.ck, NULL, NULL,
        json_object('nemo.gym.rollout.id', 'p' || p.idx, 'nemo.rl.prompt.idx', p.idx,
                    'nemo.rl.rollout.attempt', 0, 'nemo.gym.checkpoint.id', w.ck,
-                   'nemo.gym.agent.parked_boundary_state', 'parked_with_boundary')::VARCHAR,
+                   'nemo.gym.agent.parked_boundary_state', 'parked_with_boundary')::VARCHAR
+           AS attributes,
        NULL, 'synthetic'
 FROM synthetic_prompts p
 JOIN (SELECT checkpoint_id AS ck, start_ns FROM spans WHERE name = 'rl.admission.fence') w
   ON w.start_ns BETWEEN p.start_ns AND p.start_ns + p.dur_ns
  AND (NOT p.unlucky OR p.start_ns + 180 * {S}::BIGINT BETWEEN w.start_ns + {S}::BIGINT AND w.start_ns + 60 * {S}::BIGINT)
-WHERE (p.start_ns + 180 * {S}::BIGINT > w.start_ns OR NOT p.unlucky) AND NOT p.released_gym
-"""
+WHERE (p.start_ns + 180 * {S}::BIGINT > w.start_ns OR NOT p.unlucky) AND NOT p.released_gym""")
 
-_SHARDS = f"""
-INSERT INTO spans ({_SPAN_COLS})
+_SHARDS = insert_spans(f"""
 SELECT $1, lpad(to_hex(1000000 + s.i), 32, '0'), lpad(to_hex(1000000 + s.i * 4 + st.j), 16, '0'),
        NULL, 'rl.gen_fleet.shard_state', 'INTERNAL', 'nemo-rl/controller',
        {T0} + st.from_frac * $3::BIGINT * {S}::BIGINT // 100,
@@ -378,12 +384,12 @@ SELECT $1, lpad(to_hex(1000000 + s.i), 32, '0'), lpad(to_hex(1000000 + s.i * 4 +
                    'nemo.rl.gen_fleet.previous_state', st.prev,
                    'nemo.rl.gen_fleet.trigger', st.trig,
                    'nemo.rl.gen_fleet.membership_epoch', st.j,
-                   'nemo.rl.gen_fleet.weight_version', 1)::VARCHAR, NULL, 'synthetic'
+                   'nemo.rl.gen_fleet.weight_version', 1)::VARCHAR AS attributes, NULL,
+       'synthetic'
 FROM range($2) s(i),
      (VALUES (0, 'healthy', NULL, 'initial', 0, 50), (1, 'suspect', 'healthy', 'probe_failure', 50, 51),
              (2, 'dead', 'suspect', 'probe_failure', 51, 100)) st(j, state, prev, trig, from_frac, to_frac)
-WHERE s.i = 0 OR st.j = 0
-"""
+WHERE s.i = 0 OR st.j = 0""")
 
 
 def main() -> None:

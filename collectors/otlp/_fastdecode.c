@@ -1,5 +1,5 @@
-/* Compiled decode of an OTLP ExportTraceServiceRequest (protobuf) into the row tuples that
- * RowBatch keeps for the spans, span_events and span_links tables.
+/* Compiled decode of an OTLP ExportTraceServiceRequest (protobuf) into what RowBatch keeps for
+ * the spans (a list per column), span_events and span_links tables (tuples per row).
  *
  * It reads the protobuf wire format directly and writes each attribute map as its JSON text
  * (the text orjson gives for the dict the Python decoder builds), so no Python object is made
@@ -217,21 +217,49 @@ typedef struct {
     uint64_t max_items, max_attrs, max_bytes, max_events, max_links;
 } limits_t;
 
+/* the promoted keys (rows.promoted), then the copied ones (fit.COPIED) */
 enum { K_ROLLOUT, K_EP_ROLLOUT, K_ATTEMPT, K_EP_ATTEMPT, K_PROMPT, K_CHECKPOINT, K_KIND,
-       K_SHARD, K_RUN, K_MARKER_FOR, K_SERVICE, N_KEYS };
+       K_SHARD, K_RUN, K_MARKER_FOR, K_SERVICE,
+       K_DEADLINE_KIND, K_DEADLINE_OUTCOME, K_ROLLOUT_OUTCOME, K_FAILURE_CLASS,
+       K_FAILURE_REASON, K_HTTP_STATUS, K_HTTP_STATUS_OLD, K_URL_FULL, K_HTTP_URL_OLD,
+       K_HTTP_HOST, K_SERVER_ADDRESS, K_SERVER_PORT, N_KEYS };
+
+/* The copied attributes' columns, in the spans table's order (fit.COPIED): a column copies
+ * the first of its keys present (not null) when it has the column's kind, else is NULL. */
+enum { COPY_TEXT, COPY_INT, COPY_AUTHORITY };
+typedef struct { int kind, n, keys[3]; } copy_t;
+static const copy_t g_copies[] = {
+    {COPY_TEXT, 1, {K_DEADLINE_KIND}},
+    {COPY_TEXT, 1, {K_DEADLINE_OUTCOME}},
+    {COPY_TEXT, 1, {K_ROLLOUT_OUTCOME}},
+    {COPY_TEXT, 1, {K_FAILURE_CLASS}},
+    {COPY_TEXT, 1, {K_FAILURE_REASON}},
+    {COPY_INT, 2, {K_HTTP_STATUS, K_HTTP_STATUS_OLD}},
+    {COPY_TEXT, 2, {K_URL_FULL, K_HTTP_URL_OLD}},
+    {COPY_AUTHORITY, 3, {K_HTTP_HOST, K_SERVER_ADDRESS, K_SERVER_PORT}},
+};
+#define N_COPIES ((int)(sizeof g_copies / sizeof *g_copies))
+#define SPAN_COLUMNS (20 + N_COPIES)
 static char *g_keys[N_KEYS];
 static size_t g_key_len[N_KEYS];
 static int g_keys_set = 0;
+/* the keys by length: every attribute key of every span is looked up, and most match none,
+ * so a lookup compares only the keys of its own length (a list through g_next_of_len) */
+#define MAX_KEY_LEN 64
+static signed char g_first_of_len[MAX_KEY_LEN + 1], g_next_of_len[N_KEYS];
 
 static int key_index(slice_t k) {
-    for (int i = 0; i < N_KEYS; i++)
-        if (g_key_len[i] == k.n && memcmp(g_keys[i], k.p, k.n) == 0) return i;
+    if (k.n > MAX_KEY_LEN) return -1;
+    for (int i = g_first_of_len[k.n]; i >= 0; i = g_next_of_len[i])
+        if (memcmp(g_keys[i], k.p, k.n) == 0) return i;
     return -1;
 }
 
 /* ---- attribute maps --------------------------------------------------------------------- */
-/* What a promoted key held, for the row's own columns. kind: 0 absent or null, 1 string,
- * 2 int */
+/* What a promoted or copied key held, for the row's own columns. kind: 0 absent or null,
+ * 1 string, 2 int, 3 anything else (a bool, a finite double, an array or map), 4 a NaN or an
+ * infinity (null in the JSON, but not absent to the promoted keys' rules), 5 bytes (the JSON's
+ * hex digits) */
 typedef struct { int kind; slice_t s; int64_t i; } promo_t;
 
 /* doubles cannot be formatted without the GIL: pass one writes a placeholder byte (0x01,
@@ -290,7 +318,11 @@ static int encode_value(ctx_t *c, slice_t v, promo_t *p, int depth) {
         if (p) { p->kind = 2; p->i = (int64_t)u; }
         return json_int(b, (int64_t)u);
     case 4: {
-        if (p) p->kind = 3;
+        if (p) {
+            double d;
+            memcpy(&d, &u, 8);
+            p->kind = d != d || d - d != 0 ? 4 : 3;
+        }
         c->has_double = 1;
         if (!buf_ch(b, DOUBLE_MARK)) return 0;
         return buf_put(b, &u, 8);
@@ -334,7 +366,7 @@ static int encode_value(ctx_t *c, slice_t v, promo_t *p, int depth) {
         return ok;
     }
     case 7:
-        if (p) p->kind = 3;
+        if (p) { p->kind = 5; p->s = s; }
         if (s.n > c->lim->max_bytes) return 0;
         return json_hex(b, s);
     }
@@ -479,10 +511,10 @@ static int promo_ok(promo_t *p) {
     int int32[] = {K_ATTEMPT, K_EP_ATTEMPT, K_SHARD};
     for (size_t i = 0; i < sizeof int32 / sizeof *int32; i++) {
         promo_t *q = &p[int32[i]];
-        if (q->kind == 1 || q->kind == 3) return 0;
+        if (q->kind != 0 && q->kind != 2) return 0;
         if (q->kind == 2 && (q->i < INT32_MIN || q->i > INT32_MAX)) return 0;
     }
-    if (p[K_PROMPT].kind == 1 || p[K_PROMPT].kind == 3) return 0;
+    if (p[K_PROMPT].kind != 0 && p[K_PROMPT].kind != 2) return 0;
     /* the episode's keys are used only when the main key is absent; a main key present
      * hides an unfit episode value, which the reference never looks at */
     return 1;
@@ -516,9 +548,10 @@ static int walk_event(walk_t *w, ctx_t *c, slice_t body) {
         promo_t promo[N_KEYS];
         memset(promo, 0, sizeof promo);
         ok = encode_attrs(c, &attrs, promo, &ev->attrs);
-        /* an event's own join keys override its span's: left to Python */
-        for (int k = 0; ok && k < N_KEYS; k++)
-            if (k != K_SERVICE && promo[k].kind) ok = 0;
+        /* an event's own join keys override its span's: left to Python (the copied keys
+         * make no column of an event) */
+        for (int k = 0; ok && k < K_SERVICE; k++)
+            if (promo[k].kind) ok = 0;
         /* a key of the row set with a null value still sends the reference the long way */
     }
     free(attrs.p);
@@ -831,27 +864,111 @@ static PyObject *text_of(texts_t *t, text_t x) {
     return o;
 }
 
+#define SET(tuple, i, expr) do { PyObject *_o = (expr); if (!_o) goto fail; \
+                                 PyTuple_SET_ITEM(tuple, i, _o); } while (0)
+#define NEWREF(o) (Py_INCREF(o), (o))
+
 static PyObject *promo_obj(promo_t *p) {
     if (p->kind == 1) return str_of(p->s);
     if (p->kind == 2) return PyLong_FromLongLong(p->i);
     Py_RETURN_NONE;
 }
 
-#define SET(tuple, i, expr) do { PyObject *_o = (expr); if (!_o) goto fail; \
-                                 PyTuple_SET_ITEM(tuple, i, _o); } while (0)
-#define NEWREF(o) (Py_INCREF(o), (o))
+/* decimal text of an INTEGER (ASCII digits after an optional sign), as fit.copy_int reads it */
+static int decimal_int32(slice_t s, int64_t *out) {
+    size_t i = 0;
+    int neg = 0;
+    if (s.n && (s.p[0] == '+' || s.p[0] == '-')) { neg = s.p[0] == '-'; i = 1; }
+    if (i == s.n) return 0;
+    int64_t v = 0;
+    for (; i < s.n; i++) {
+        if (s.p[i] < '0' || s.p[i] > '9') return 0;
+        v = v * 10 + (s.p[i] - '0');
+        if (v > (int64_t)INT32_MAX + 1) return 0;
+    }
+    v = neg ? -v : v;
+    if (v < INT32_MIN || v > INT32_MAX) return 0;
+    *out = v;
+    return 1;
+}
 
+/* a copied value as the JSON's string holds it: a string's text, bytes' hex digits; 0 when
+ * the JSON holds no string */
+static int json_string_of(promo_t *p, buf_t *b) {
+    static const char hex[] = "0123456789abcdef";
+    if (p->kind == 1) return buf_put(b, p->s.p, p->s.n);
+    if (p->kind != 5) return 0;
+    for (size_t i = 0; i < p->s.n; i++) {
+        buf_ch(b, hex[p->s.p[i] >> 4]);
+        buf_ch(b, hex[p->s.p[i] & 15]);
+    }
+    return 1;
+}
+
+/* one copied column's value (fit.copy_text, copy_int, copy_authority) */
+static PyObject *copy_obj(const copy_t *c, promo_t *promo) {
+    promo_t *p = NULL;
+    int rank = 0;
+    for (; rank < c->n; rank++) {
+        int kind = promo[c->keys[rank]].kind;
+        if (kind && kind != 4) { p = &promo[c->keys[rank]]; break; }  /* not null */
+    }
+    if (!p) Py_RETURN_NONE;
+    if (p->kind == 1 && (c->kind == COPY_TEXT || (c->kind == COPY_AUTHORITY && rank == 0)))
+        return str_of(p->s);  /* the usual case: no copy of the text */
+    if (c->kind == COPY_INT && p->kind == 2) {
+        if (p->i >= INT32_MIN && p->i <= INT32_MAX) return PyLong_FromLongLong(p->i);
+        Py_RETURN_NONE;
+    }
+    if (c->kind == COPY_AUTHORITY && rank == 2) Py_RETURN_NONE;  /* a port alone */
+    buf_t b = {0};
+    int ok = json_string_of(p, &b);
+    if (ok && c->kind == COPY_AUTHORITY && rank == 1) {
+        /* server.address ':' server.port, both there, or NULL */
+        promo_t *port = &promo[c->keys[2]];
+        ok = buf_ch(&b, ':');
+        if (port->kind == 2) ok = ok && json_int(&b, port->i);
+        else ok = ok && json_string_of(port, &b);
+    }
+    PyObject *o;
+    if (b.oom) {
+        o = PyErr_NoMemory();
+    } else if (!ok) {
+        o = NEWREF(Py_None);
+    } else if (c->kind == COPY_INT) {
+        int64_t v;
+        slice_t text = {(const uint8_t *)b.p, b.n};
+        o = decimal_int32(text, &v) ? PyLong_FromLongLong(v) : NEWREF(Py_None);
+    } else {
+        o = PyUnicode_DecodeUTF8(b.p ? b.p : "", (Py_ssize_t)b.n, "strict");
+    }
+    free(b.p);
+    return o;
+}
+
+
+/* The spans come out column by column (a list per column of the spans table, in its order),
+ * not a tuple per row: the writer hands each column to Arrow as it is, where rows had to be
+ * transposed first (zip(*rows) cost about as much as decoding them). Events and links, fewer,
+ * stay rows. */
 static PyObject *build(walk_t *w) {
     texts_t texts = {w->json.p, w->has_double};
     span_t *spans = w->spans.p;
     res_t *resources = w->res.p;
     event_t *events = w->events.p;
     link_t *links = w->links.p;
-    PyObject *span_rows = PyList_New((Py_ssize_t)w->spans.n);
+    Py_ssize_t n = (Py_ssize_t)w->spans.n;
+    PyObject *col[SPAN_COLUMNS] = {0};
+    PyObject *span_cols = PyList_New(SPAN_COLUMNS);
     PyObject *event_rows = PyList_New((Py_ssize_t)w->events.n);
     PyObject *link_rows = PyList_New((Py_ssize_t)w->links.n);
     PyObject **res_objs = calloc(w->res.n * 3 + 1, sizeof *res_objs);
-    if (!span_rows || !event_rows || !link_rows || !res_objs) goto fail;
+    if (!span_cols || !event_rows || !link_rows || !res_objs) goto fail;
+    for (int c = 0; c < SPAN_COLUMNS; c++) {
+        col[c] = PyList_New(n);  /* NULL items until set: a failure part way frees them */
+        if (!col[c]) goto fail;
+        PyList_SET_ITEM(span_cols, c, col[c]);
+    }
     for (size_t i = 0; i < w->res.n; i++) {
         res_t *r = &resources[i];
         PyObject *json = text_of(&texts, r->json);
@@ -862,50 +979,49 @@ static PyObject *build(walk_t *w) {
         if (!res_objs[3 * i + 1] || !res_objs[3 * i + 2]) goto fail;
     }
     size_t ev_i = 0, lk_i = 0;
-    for (size_t i = 0; i < w->spans.n; i++) {
+    for (Py_ssize_t i = 0; i < n; i++) {
         span_t *sp = &spans[i];
         PyObject **res = &res_objs[3 * sp->res];
-        PyObject *row = PyTuple_New(20);
-        if (!row) goto fail;
-        PyList_SET_ITEM(span_rows, (Py_ssize_t)i, row);
-        PyObject *run = sp->promo[K_RUN].kind == 1 ? str_of(sp->promo[K_RUN].s) : NEWREF(res[2]);
-        if (!run) goto fail;
-        PyTuple_SET_ITEM(row, 0, run);
-        SET(row, 1, hex_of(sp->trace_id));
-        SET(row, 2, hex_of(sp->span_id));
-        SET(row, 3, sp->parent.n ? hex_of(sp->parent) : NEWREF(Py_None));
-        SET(row, 4, str_of(sp->name));
-        SET(row, 5, NEWREF(g_kinds[sp->kind < 6 ? sp->kind : 0]));
-        SET(row, 6, NEWREF(res[1]));
-        SET(row, 7, PyLong_FromUnsignedLongLong(sp->start));
-        SET(row, 8, PyLong_FromUnsignedLongLong(sp->end));
-        SET(row, 9, NEWREF(g_codes[sp->code < 3 ? sp->code : 0]));
-        SET(row, 10, sp->status_msg.n ? str_of(sp->status_msg) : NEWREF(Py_None));
+#define COL(c, expr) do { PyObject *_o = (expr); if (!_o) goto fail; \
+                          PyList_SET_ITEM(col[c], i, _o); } while (0)
+        COL(0, sp->promo[K_RUN].kind == 1 ? str_of(sp->promo[K_RUN].s) : NEWREF(res[2]));
+        COL(1, hex_of(sp->trace_id));
+        COL(2, hex_of(sp->span_id));
+        COL(3, sp->parent.n ? hex_of(sp->parent) : NEWREF(Py_None));
+        COL(4, str_of(sp->name));
+        COL(5, NEWREF(g_kinds[sp->kind < 6 ? sp->kind : 0]));
+        COL(6, NEWREF(res[1]));
+        COL(7, PyLong_FromUnsignedLongLong(sp->start));
+        COL(8, PyLong_FromUnsignedLongLong(sp->end));
+        COL(9, NEWREF(g_codes[sp->code < 3 ? sp->code : 0]));
+        COL(10, sp->status_msg.n ? str_of(sp->status_msg) : NEWREF(Py_None));
         promo_t *rollout = sp->promo[K_ROLLOUT].kind ? &sp->promo[K_ROLLOUT]
                                                      : &sp->promo[K_EP_ROLLOUT];
         promo_t *attempt = sp->promo[K_ATTEMPT].kind ? &sp->promo[K_ATTEMPT]
                                                      : &sp->promo[K_EP_ATTEMPT];
-        SET(row, 11, promo_obj(rollout));
-        SET(row, 12, promo_obj(attempt));
-        SET(row, 13, promo_obj(&sp->promo[K_PROMPT]));
-        SET(row, 14, promo_obj(&sp->promo[K_CHECKPOINT]));
-        SET(row, 15, promo_obj(&sp->promo[K_KIND]));
-        SET(row, 16, promo_obj(&sp->promo[K_SHARD]));
-        SET(row, 17, text_of(&texts, sp->attrs));
-        SET(row, 18, NEWREF(res[0]));
-        SET(row, 19, sp->has_scope ? str_of(sp->scope) : NEWREF(Py_None));
+        COL(11, promo_obj(rollout));
+        COL(12, promo_obj(attempt));
+        COL(13, promo_obj(&sp->promo[K_PROMPT]));
+        COL(14, promo_obj(&sp->promo[K_CHECKPOINT]));
+        COL(15, promo_obj(&sp->promo[K_KIND]));
+        COL(16, promo_obj(&sp->promo[K_SHARD]));
+        COL(17, text_of(&texts, sp->attrs));
+        COL(18, NEWREF(res[0]));
+        COL(19, sp->has_scope ? str_of(sp->scope) : NEWREF(Py_None));
+        for (int k = 0; k < N_COPIES; k++) COL(20 + k, copy_obj(&g_copies[k], sp->promo));
+#undef COL
+#define AT(c) PyList_GET_ITEM(col[c], i)
         for (size_t j = 0; j < sp->ev_n; j++, ev_i++) {
             event_t *ev = &events[sp->ev_first + j];
             PyObject *er = PyTuple_New(12);
             if (!er) goto fail;
             PyList_SET_ITEM(event_rows, (Py_ssize_t)ev_i, er);
-            PyObject *from[] = {PyTuple_GET_ITEM(row, 0), PyTuple_GET_ITEM(row, 1),
-                                PyTuple_GET_ITEM(row, 2), PyTuple_GET_ITEM(row, 4)};
-            for (int k = 0; k < 4; k++) SET(er, k, NEWREF(from[k]));
+            int from[] = {0, 1, 2, 4};
+            for (int k = 0; k < 4; k++) SET(er, k, NEWREF(AT(from[k])));
             SET(er, 4, str_of(ev->name));
             SET(er, 5, PyLong_FromUnsignedLongLong(ev->time));
             int inherit[] = {11, 12, 13, 14, 16};
-            for (int k = 0; k < 5; k++) SET(er, 6 + k, NEWREF(PyTuple_GET_ITEM(row, inherit[k])));
+            for (int k = 0; k < 5; k++) SET(er, 6 + k, NEWREF(AT(inherit[k])));
             SET(er, 11, text_of(&texts, ev->attrs));
         }
         for (size_t j = 0; j < sp->lk_n; j++, lk_i++) {
@@ -913,21 +1029,22 @@ static PyObject *build(walk_t *w) {
             PyObject *lr = PyTuple_New(6);
             if (!lr) goto fail;
             PyList_SET_ITEM(link_rows, (Py_ssize_t)lk_i, lr);
-            for (int k = 0; k < 3; k++) SET(lr, k, NEWREF(PyTuple_GET_ITEM(row, k)));
+            for (int k = 0; k < 3; k++) SET(lr, k, NEWREF(AT(k)));
             SET(lr, 3, hex_of(lk->trace_id));
             SET(lr, 4, hex_of(lk->span_id));
             SET(lr, 5, text_of(&texts, lk->attrs));
         }
+#undef AT
     }
     for (size_t i = 0; i < w->res.n * 3; i++) Py_XDECREF(res_objs[i]);
     free(res_objs);
-    return Py_BuildValue("(NNNn)", span_rows, event_rows, link_rows, (Py_ssize_t)w->spans.n);
+    return Py_BuildValue("(NNNn)", span_cols, event_rows, link_rows, n);
 fail:
     if (res_objs) {
         for (size_t i = 0; i < w->res.n * 3; i++) Py_XDECREF(res_objs[i]);
         free(res_objs);
     }
-    Py_XDECREF(span_rows); Py_XDECREF(event_rows); Py_XDECREF(link_rows);
+    Py_XDECREF(span_cols); Py_XDECREF(event_rows); Py_XDECREF(link_rows);
     return NULL;
 }
 
@@ -936,7 +1053,7 @@ static void walk_free(walk_t *w) {
 }
 
 /* decode_traces(body, max_items, max_attributes, max_value_bytes, max_events, max_links)
- * -> (span_rows, event_rows, link_rows, accepted) or None (decode with the reference) */
+ * -> (span_columns, event_rows, link_rows, accepted) or None (decode with the reference) */
 static PyObject *decode_traces(PyObject *self, PyObject *args) {
     Py_buffer body;
     unsigned long long li, la, lb, le, ll;
@@ -971,7 +1088,8 @@ static PyObject *decode_traces(PyObject *self, PyObject *args) {
 }
 
 /* set_keys((rollout, episode_rollout, attempt, episode_attempt, prompt, checkpoint,
- *           participant_kind, shard, run, open_marker_for, service_name)) */
+ *           participant_kind, shard, run, open_marker_for, service_name, <the copied keys>)),
+ * in the order of the enum above */
 static PyObject *set_keys(PyObject *self, PyObject *args) {
     PyObject *keys;
     if (!PyArg_ParseTuple(args, "O!", &PyTuple_Type, &keys)) return NULL;
@@ -983,11 +1101,20 @@ static PyObject *set_keys(PyObject *self, PyObject *args) {
         Py_ssize_t n;
         const char *s = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(keys, i), &n);
         if (!s) return NULL;
+        if (n > MAX_KEY_LEN) {
+            PyErr_Format(PyExc_ValueError, "a key of more than %d bytes", MAX_KEY_LEN);
+            return NULL;
+        }
         char *copy = malloc((size_t)n + 1);
         if (!copy) return PyErr_NoMemory();
         memcpy(copy, s, (size_t)n + 1);
         free(g_keys[i]);
         g_keys[i] = copy; g_key_len[i] = (size_t)n;
+    }
+    memset(g_first_of_len, -1, sizeof g_first_of_len);
+    for (int i = N_KEYS - 1; i >= 0; i--) {  /* each length's list in the keys' order */
+        g_next_of_len[i] = g_first_of_len[g_key_len[i]];
+        g_first_of_len[g_key_len[i]] = (signed char)i;
     }
     g_keys_set = 1;
     Py_RETURN_NONE;
@@ -1010,7 +1137,7 @@ static PyObject *format_double(PyObject *self, PyObject *arg) {
 static PyMethodDef methods[] = {
     {"decode_traces", decode_traces, METH_VARARGS,
      "decode_traces(body, max_items, max_attributes, max_value_bytes, max_events, max_links)"
-     " -> (span_rows, event_rows, link_rows, accepted), or None when the reference decoder "
+     " -> (span_columns, event_rows, link_rows, accepted), or None when the reference decoder "
      "must decode the body"},
     {"set_keys", set_keys, METH_VARARGS, "the promoted attribute keys, in the module's order"},
     {"format_double", format_double, METH_O, "a double as the attributes JSON writes it"},

@@ -17,6 +17,7 @@ import logging
 import os
 
 from rolloutscope.collectors.otlp.limits import DecodeLimits
+from rolloutscope.store.fit import COPIED
 from rolloutscope.store.rows import RowBatch
 from rolloutscope.vocabulary import Attr, ResourceAttr
 
@@ -27,10 +28,12 @@ FALLBACK_COST = ("decoding OTLP traces in Python costs about twice the receiver 
                  "(about 18-24 us instead of 9-12 us, and ten times the decode alone; "
                  "benchmarks/bench_ingest.py and bench_decode.py measure it)")
 
-# in the order _fastdecode.c indexes them
+# in the order _fastdecode.c indexes them: the promoted keys, then the copied ones as fit.COPIED
+# lists them (its columns in their order, each column's keys in theirs)
 _KEYS = (Attr.ROLLOUT_ID, Attr.EPISODE_ROLLOUT_ID, Attr.RL_ATTEMPT, Attr.EPISODE_ATTEMPT,
          Attr.PROMPT_IDX, Attr.CHECKPOINT_ID, Attr.CK_PARTICIPANT_KIND, Attr.SHARD_IDX,
-         Attr.RUN_ID, Attr.OPEN_MARKER_FOR, ResourceAttr.SERVICE_NAME)
+         Attr.RUN_ID, Attr.OPEN_MARKER_FOR, ResourceAttr.SERVICE_NAME,
+         *(key for copy in COPIED for key in copy.keys))
 
 
 def _load():
@@ -71,15 +74,15 @@ def decode_traces(body: bytes, limits: DecodeLimits):
                                 limits.max_links_per_span)
     if out is None:
         return None
-    spans, events, links, accepted = out
+    span_columns, events, links, accepted = out
     from rolloutscope.collectors.otlp.decode import Decoded  # decode imports nothing of ours
 
     batch = RowBatch()
-    if spans:
-        batch.tables["spans"] = spans
+    if accepted:
+        batch.add_columns("spans", span_columns)
     if events:
         batch.tables["span_events"] = events
     if links:
         batch.tables["span_links"] = links
-    batch.rows = len(spans) + len(events) + len(links)
+    batch.rows += len(events) + len(links)
     return Decoded(batch, accepted=accepted)

@@ -25,6 +25,29 @@ same). For each column: its type, what is accepted, and what is coerced (and rep
 None is NULL and always fits. ``bool`` is never an integer here (``True`` is not attempt 1).
 Ints of other libraries (numpy) count as ints. Anything else is refused: a list, a float with a
 fraction, a value out of range, text that is not a decimal integer, text with lone surrogates.
+
+Copied attributes (``COPIED`` below) are another kind: the attributes the views filter, group
+and join on (a deadline's kind, a try's outcome, an HTTP status), copied to typed columns of
+spans so that no view parses the attributes JSON of every span of a name to read them. A copy
+never refuses or coerces anything: the JSON keeps the value as sent, and the column holds it
+as the JSON holds it when that is of the column's kind, else NULL. Of a column's keys the first
+one present is copied, the next ones only when it is absent or null (in the JSON: None, and the
+NaN and infinities it writes as null):
+
+- a text column takes a JSON string: a str, or bytes (the JSON holds their hex digits);
+- ``http_status`` (INTEGER) takes a JSON integer in [-2^31, 2^31 - 1], or a JSON string of one
+  in decimal (ASCII digits after an optional sign, nothing around them); anything else (a bool,
+  a float, text like "200.0"): NULL;
+- ``server_authority`` takes ``http.host`` when present (a string, else NULL), else
+  ``server.address`` (a string) and ``server.port`` (an integer or a string) joined by ':';
+  either missing: NULL.
+
+A value of a type JSON has no kind for (a Decimal, a datetime, a numpy int) is copied as the
+JSON text holds it (``rows.attributes_json`` writes it as orjson or ``str`` renders it).
+
+A compiled decoder must copy the same, and ``schema.copy_sql`` writes the same rules in SQL over
+the JSON, for files written before the columns existed (tests/store/test_copied_columns.py
+holds them to one result).
 """
 
 from __future__ import annotations
@@ -77,6 +100,83 @@ PROMOTED: tuple[Rule, ...] = (
     Rule(Attr.METRIC_STEP, "step", "BIGINT"),
 )
 RULE_OF: dict[str, Rule] = {rule.key: rule for rule in PROMOTED}
+
+
+@dataclass(frozen=True)
+class Copy:
+    """A span column that copies an attribute (see the module docstring)."""
+
+    column: str
+    sql: str  # VARCHAR | INTEGER
+    keys: tuple[str, ...]  # the first one present (not null) is copied
+
+
+# In the order of the spans table's columns (schema.py). What each is read for: the deadline's
+# and the try's outcome and failure (deadlines, rollout_attempts, the incidents over them), the
+# HTTP request a CLIENT or SERVER span records (http_requests, gym_attempts, model_calls).
+# Each column costs every span stored (DuckDB appends and compresses a text column of NULLs at
+# ~800 instructions a row), so a key is copied only where reading it from the JSON cost the
+# incident views measurably: http.request.method and error.type did not (the views read them
+# from the JSON on the few rows that pass the status and URL filters first).
+COPIED: tuple[Copy, ...] = (
+    Copy("deadline_kind", "VARCHAR", (Attr.DEADLINE_KIND,)),
+    Copy("deadline_outcome", "VARCHAR", (Attr.DEADLINE_OUTCOME,)),
+    Copy("rollout_outcome", "VARCHAR", (Attr.ROLLOUT_OUTCOME,)),
+    Copy("failure_class", "VARCHAR", (Attr.FAILURE_CLASS,)),
+    Copy("failure_reason", "VARCHAR", (Attr.FAILURE_REASON,)),
+    Copy("http_status", "INTEGER", (Attr.HTTP_STATUS, Attr.HTTP_STATUS_OLD)),
+    Copy("url", "VARCHAR", (Attr.URL_FULL, Attr.HTTP_URL_OLD)),
+    # http.host, else server.address ':' server.port (both, or NULL)
+    Copy("server_authority", "VARCHAR", (Attr.HTTP_HOST_OLD, Attr.SERVER_ADDRESS,
+                                         Attr.SERVER_PORT)),
+)
+COPIED_KEYS: frozenset[str] = frozenset(key for copy in COPIED for key in copy.keys)
+
+
+def is_null(value: Any) -> bool:
+    """Whether the attributes JSON holds ``value`` as null: a copy takes it for absent."""
+    return value is None or (isinstance(value, float) and not math.isfinite(value))
+
+
+def copy_text(value: Any) -> str | None:
+    """A text column's copy of a value: the JSON string it is stored as, or None. A subclass
+    of str (an enum's member) is its text, bytes their hex digits, as the JSON writes them."""
+    if type(value) is str:
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, bytes | bytearray):
+        return value.hex()
+    return None
+
+
+def copy_int(value: Any) -> int | None:
+    """``http_status``'s copy of a value: an INTEGER, or None."""
+    if type(value) is not int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            text = copy_text(value)
+            return None if text is None else _decimal_int(text)
+        value = int.__index__(value)
+    return value if INT32_MIN <= value <= INT32_MAX else None
+
+
+def _decimal_int(text: str) -> int | None:
+    if not text.isascii() or not (text[1:] if text[:1] in "+-" else text).isdigit():
+        return None
+    number = int(text)
+    return number if INT32_MIN <= number <= INT32_MAX else None
+
+
+def copy_authority(host: Any, address: Any, port: Any) -> str | None:
+    """``server_authority``'s copy of http.host, server.address and server.port."""
+    if not is_null(host):
+        return copy_text(host)
+    address = copy_text(address)
+    if isinstance(port, int) and not isinstance(port, bool):
+        port = str(int.__index__(port))
+    else:
+        port = copy_text(port)
+    return None if address is None or port is None else f"{address}:{port}"
 
 
 def describe(value: Any) -> str:

@@ -31,7 +31,7 @@ import duckdb
 
 from rolloutscope.store import lake as _lake
 from rolloutscope.store.errors import StoreError
-from rolloutscope.store.schema import BATCH_TABLES, COLUMNS, RUN_COLUMNS
+from rolloutscope.store.schema import BATCH_TABLES, COLUMNS, RUN_COLUMNS, select_list
 from rolloutscope.store.store import RunStore
 
 log = logging.getLogger(__name__)
@@ -86,14 +86,18 @@ def copy_runs(source: str | Path | _lake.LakeSpec, dest: str | Path | _lake.Lake
             if not wanted:
                 return []
 
+            # a source of an older version gets the columns it lacks computed as they go
+            version = cur.execute(f"SELECT max(CAST(value AS INTEGER)) FROM {SRC}.store_meta "
+                                  f"WHERE key = 'schema_version'").fetchall()[0][0]
+
             def work(c: duckdb.DuckDBPyConnection) -> None:
                 if store.is_lake:
                     _lake.stamp_commit(c, store.writer_id, f"copied from {source}")
                 c.execute("CREATE OR REPLACE TEMP TABLE rs_wanted (run_id VARCHAR)")
                 c.executemany("INSERT INTO rs_wanted VALUES (?)", [[r] for r in wanted])
                 for table in BATCH_TABLES:
-                    cols = ", ".join(COLUMNS[table])
-                    c.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {SRC}.{table} "
+                    c.execute(f"INSERT INTO {table} ({', '.join(COLUMNS[table])}) "
+                              f"SELECT {select_list(table, version)} FROM {SRC}.{table} "
                               f"WHERE run_id IN (SELECT run_id FROM rs_wanted)")
                 cols = ", ".join(RUN_COLUMNS)
                 select = (f"SELECT {cols} FROM {SRC}.runs "

@@ -9,6 +9,7 @@ happens here and only here.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from math import isfinite
 from typing import Any
 
 import orjson
@@ -16,13 +17,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rolloutscope.store.fit import (
+    COPIED,
+    COPIED_KEYS,
+    INT32_MAX,
+    INT32_MIN,
     INT64_MAX,
     INT64_MIN,
     ColumnFitError,
     check_time,
+    copy_authority,
+    copy_int,
+    copy_text,
     describe,
     fit_attribute,
     fit_column,
+    is_null,
     time_problem,
     valid_text,
 )
@@ -132,13 +141,70 @@ def promoted(attrs: Mapping[str, Any], notes: list[str] | None = None
 
 
 _NOT_PROMOTED = (None, None, None, None, None, None)
-# Every key that changes a span's row beyond its attributes JSON. Most spans carry none of
-# them, and one ``isdisjoint`` (a C loop over the span's keys) lets those skip the lookups.
+# Every key that changes a span's row beyond its attributes JSON and the copied attributes.
 _ROW_KEYS = frozenset((
     Attr.ROLLOUT_ID, Attr.EPISODE_ROLLOUT_ID, Attr.RL_ATTEMPT, Attr.EPISODE_ATTEMPT,
     Attr.PROMPT_IDX, Attr.CHECKPOINT_ID, Attr.CK_PARTICIPANT_KIND, Attr.SHARD_IDX,
     Attr.RUN_ID, Attr.OPEN_MARKER_FOR,
 ))
+# ... and with them: most spans carry none of these, and one ``isdisjoint`` (a C loop over the
+# span's keys) lets those skip every lookup
+_SPAN_KEYS = _ROW_KEYS | COPIED_KEYS
+
+_NOT_COPIED = (None,) * len(COPIED)
+# a copied key -> (its column's place among the copies, its place among the column's keys)
+_COPY_SLOT = {key: (slot, rank) for slot, copy in enumerate(COPIED)
+              for rank, key in enumerate(copy.keys)}
+_INT_SLOTS = frozenset(slot for slot, copy in enumerate(COPIED) if copy.sql == "INTEGER")
+_AUTHORITY = next(slot for slot, copy in enumerate(COPIED) if copy.column == "server_authority")
+_HOST, _ADDRESS, _PORT = COPIED[_AUTHORITY].keys
+# a column's first key -> (the column's place, the type it takes as it is): a str to a text
+# column (server_authority's http.host included), an int to http_status
+_FIRST_KEY = {copy.keys[0]: (slot, str if copy.sql == "VARCHAR" else int)
+              for slot, copy in enumerate(COPIED)}
+# what attributes_json writes as itself; any other value (a Decimal, a datetime, a numpy int) it
+# writes as orjson or str() renders it, which the copy must match
+_JSON_NATIVE = (str, int, float, bytes, bytearray, list, tuple, Mapping)
+
+
+def copied(attrs: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The span's copied attributes (``fit.COPIED``), in the columns' order: only the keys it
+    carries are looked at (an HTTP span has four or five, a rollout try one to three)."""
+    present = COPIED_KEYS.intersection(attrs)
+    if not present:
+        return _NOT_COPIED
+    row = list(_NOT_COPIED)
+    get = attrs.get
+    for key in present:
+        value = get(key)
+        first = _FIRST_KEY.get(key)
+        if first is not None and type(value) is first[1] and (
+                first[1] is str or INT32_MIN <= value <= INT32_MAX):
+            row[first[0]] = value  # the usual case, copied as it is whatever else is there
+            continue
+        if key == _ADDRESS and type(value) is str and get(_HOST) is None:
+            port = get(_PORT)  # a CLIENT span's usual address: text and an int port
+            if type(port) is int:
+                row[_AUTHORITY] = f"{value}:{port}"
+                continue
+        if value is not None and not isinstance(value, _JSON_NATIVE):
+            # rare: copied from the JSON text itself, whose values are all native
+            return copied(orjson.loads(attributes_json(attrs)))
+        if value is None or key == _PORT or (isinstance(value, float) and not isfinite(value)):
+            continue  # null in the JSON (or the port, which goes with its address)
+        slot, rank = _COPY_SLOT[key]
+        if rank and not all(is_null(get(k)) for k in COPIED[slot].keys[:rank]):
+            continue  # a key before it in the column's list is there: that one is copied
+        if slot == _AUTHORITY:
+            row[slot] = copy_authority(value, None, None) if rank == 0 else copy_authority(
+                None, value, get(_PORT))
+        elif slot in _INT_SLOTS:
+            row[slot] = copy_int(value)
+        else:
+            row[slot] = value if type(value) is str else copy_text(value)
+    return tuple(row)
+
+
 _MARKER_KEYS = (Attr.OPEN_MARKER_FOR, Attr.OPEN_MARKER_PARENT)
 MAX_NOTES = 5  # coercions quoted per batch; the rest are only counted
 
@@ -167,8 +233,9 @@ def text_problem(**fields: Any) -> str | None:
 
 class RowBatch:
     """Rows for several tables, each kept as a list of tuples in the table's column order
-    (one append per row; the transpose to columns happens once, in C, in ``arrow``).
-    Not thread-safe; hand it to the writer whole.
+    (one append per row; the transpose to columns happens once, in C, in ``arrow``), and rows
+    the compiled decoder hands over already as columns (``add_columns``: a list per column,
+    which ``arrow`` takes as they are). Not thread-safe; hand it to the writer whole.
 
     Every value is fitted to its column as it is added (``rolloutscope.store.fit``): a span,
     event or row that cannot be stored raises ``ColumnFitError`` and adds nothing, so one bad
@@ -179,10 +246,11 @@ class RowBatch:
     no copies); ``add_span`` is its keyword form for everyone else.
     """
 
-    __slots__ = ("tables", "rows", "coerced", "notes")
+    __slots__ = ("tables", "columns", "rows", "coerced", "notes")
 
     def __init__(self) -> None:
         self.tables: dict[str, list[tuple[Any, ...]]] = {}
+        self.columns: dict[str, list[list[Any]]] = {}
         self.rows = 0
         self.coerced = 0
         self.notes: list[str] = []
@@ -217,17 +285,24 @@ class RowBatch:
         ``start_ns`` an int and ``end_ns`` an int or None within BIGINT. The OTLP decoder's are
         (protobuf strings and uint64 times it checks against ``fit.MAX_NS``), the exporter
         checks the SDK's with ``span_problem``, and ``add_span`` checks its caller's."""
-        if _ROW_KEYS.isdisjoint(attributes):
-            if not events and not links:  # most spans: one row, nothing to promote
+        if _SPAN_KEYS.isdisjoint(attributes):
+            if not events and not links:  # most spans: one row, nothing to promote or copy
                 self._rows("spans").append((
                     run_id, trace_id, span_id, parent_span_id, name, kind, service, start_ns,
                     end_ns, status_code, status_message, None, None, None, None, None, None,
-                    attributes_json(attributes), resource_json, scope))
+                    attributes_json(attributes), resource_json, scope,
+                    None, None, None, None, None, None, None, None))
                 self.rows += 1
                 return
             promo = _NOT_PROMOTED
+            copies = _NOT_COPIED
+            notes = None
+        elif _ROW_KEYS.isdisjoint(attributes):
+            promo = _NOT_PROMOTED
+            copies = copied(attributes)
             notes = None
         else:
+            copies = copied(attributes)
             notes = []
             promo = promoted(attributes, notes)
             if Attr.RUN_ID in attributes:
@@ -245,7 +320,7 @@ class RowBatch:
                        name, kind, service, start_ns, None, status_code, status_message, *promo,
                        attributes_json({k: v for k, v in attributes.items()
                                         if k not in _MARKER_KEYS}),
-                       resource_json, scope)
+                       resource_json, scope, *copies)
                 self._rows("open_spans").append(row)
                 self.rows += 1
                 if notes:
@@ -254,7 +329,7 @@ class RowBatch:
         # every row of the span is built before any is added: all of it goes in, or none
         row = (run_id, trace_id, span_id, parent_span_id, name, kind, service, start_ns, end_ns,
                status_code, status_message, *promo, attributes_json(attributes), resource_json,
-               scope)
+               scope, *copies)
         if not events and not links:
             self._rows("spans").append(row)
             self.rows += 1
@@ -376,35 +451,75 @@ class RowBatch:
         self._rows(table).append(tuple(map(values.get, spec.names)))
         self.rows += 1
 
+    def add_columns(self, table: str, columns: list[list[Any]]) -> None:
+        """Rows of ``table`` given as one list per column, in the table's column order, with
+        values fitted as ``append_span`` fits them (the compiled decoder's). The lists are
+        kept, not copied: the caller hands them over."""
+        n = len(columns[0]) if columns else 0
+        if len(columns) != len(_SPECS[table].names) or any(len(c) != n for c in columns):
+            raise ValueError(f"{table}: {len(columns)} columns of unequal or wrong length")
+        have = self.columns.get(table)
+        if have is None:
+            self.columns[table] = columns
+        else:
+            for mine, more in zip(have, columns, strict=True):
+                mine.extend(more)
+        self.rows += n
+
     def extend(self, other: RowBatch) -> None:
         for table, rows in other.tables.items():
             self._rows(table).extend(rows)
+        for table, columns in other.columns.items():
+            have = self.columns.get(table)
+            if have is None:  # copied: ``other`` may be committed on its own later
+                self.columns[table] = [list(c) for c in columns]
+            else:
+                for mine, more in zip(have, columns, strict=True):
+                    mine.extend(more)
         self.rows += other.rows
         self.coerced += other.coerced
+
+    def row_tuples(self, table: str) -> list[tuple[Any, ...]]:
+        """Every row of ``table`` as a tuple in its column order (the ones added as columns
+        first): for tests and diagnostics, not the write path."""
+        columns = self.columns.get(table)
+        return [*(zip(*columns, strict=True) if columns else ()),
+                *self.tables.get(table, ())]
 
     def arrow(self, table: str, *, default_run_id: str | None = None) -> pa.Table | None:
         """The table's rows as Arrow; with ``default_run_id``, rows without a run get it
         (the run rule, see ``RUN_RULE``)."""
-        rows = self.tables.get(table)
-        if not rows:
+        parts = list(self.arrow_slices(table, 2**62, default_run_id=default_run_id))
+        if not parts:
             return None
-        return _to_arrow(rows, ARROW_SCHEMAS[table], default_run_id)
+        return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
     def arrow_slices(self, table: str, rows_per_slice: int, *,
                      default_run_id: str | None = None) -> Iterator[pa.Table]:
         """``arrow(table)`` in slices of at most ``rows_per_slice`` rows, each made as it is
         asked for."""
+        schema = ARROW_SCHEMAS[table]
+        columns = self.columns.get(table)
+        if columns and columns[0]:
+            n = len(columns[0])
+            for start in range(0, n, rows_per_slice):
+                part = columns if n <= rows_per_slice else [
+                    c[start:start + rows_per_slice] for c in columns]
+                yield _columns_to_arrow(part, schema, default_run_id)
         rows = self.tables.get(table)
         if not rows:
             return
-        schema = ARROW_SCHEMAS[table]
         for start in range(0, len(rows), rows_per_slice):
             yield _to_arrow(rows[start:start + rows_per_slice], schema, default_run_id)
 
 
 def _to_arrow(rows: list[tuple[Any, ...]], schema: pa.Schema,
               default_run_id: str | None = None) -> pa.Table:
-    columns = list(zip(*rows, strict=True))
+    return _columns_to_arrow(list(zip(*rows, strict=True)), schema, default_run_id)
+
+
+def _columns_to_arrow(columns: list, schema: pa.Schema,
+                      default_run_id: str | None = None) -> pa.Table:
     arrays = [pa.array(col, type=field.type) for col, field in zip(columns, schema, strict=True)]
     if default_run_id is not None and schema.names[0] == "run_id" and arrays[0].null_count:
         arrays[0] = pc.fill_null(arrays[0], default_run_id)

@@ -3,7 +3,8 @@
 A run store is one DuckDB file. Raw tables hold what arrived (spans, span events, links, metrics,
 logs) plus one row per run with the config it used; the model views in ``views/`` are the
 contract every reader uses. Times are epoch nanoseconds. Hot attributes are promoted to real
-columns; all attributes (promoted ones included) stay in the ``attributes`` JSON so nothing is
+columns, and the ones the views filter and join on are copied to typed columns (``fit.COPIED``);
+all attributes (promoted and copied ones included) stay in the ``attributes`` JSON so nothing is
 lost in translation. JSON columns are VARCHAR holding JSON text: DuckDB's JSON functions read
 them the same, and appending skips a validation pass that cost ~6 µs a span.
 
@@ -16,7 +17,11 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+from rolloutscope.store.fit import COPIED, COPIED_KEYS, Copy
+
+_ARROW = {"VARCHAR": pa.string(), "INTEGER": pa.int32()}
+
+SCHEMA_VERSION = 2  # 2: spans and open_spans have the copied attributes' columns (fit.COPIED)
 
 # Column name -> (DuckDB type, Arrow type). Order is the physical order of the table.
 _SPAN_COLUMNS: list[tuple[str, str, pa.DataType]] = [
@@ -40,6 +45,8 @@ _SPAN_COLUMNS: list[tuple[str, str, pa.DataType]] = [
     ("attributes", "VARCHAR", pa.string()),
     ("resource", "VARCHAR", pa.string()),
     ("scope", "VARCHAR", pa.string()),
+    # the copied attributes (version 2), last: a migrated table adds them at its end
+    *((copy.column, copy.sql, _ARROW[copy.sql]) for copy in COPIED),
 ]
 
 _EVENT_COLUMNS: list[tuple[str, str, pa.DataType]] = [
@@ -141,3 +148,91 @@ DDL: tuple[str, ...] = (
     last_seen_ns BIGINT
 )""",
 )
+
+
+# -- the copied attributes in SQL --------------------------------------------------------------
+# fit.py's rules over the attributes JSON: they fill the columns of a store written before the
+# columns existed (below), and benchmarks/synthetic.py writes its spans' columns with them
+def _has_key(key: str, source: str) -> str:
+    # a text test before any JSON is parsed: the attributes JSON writes a key as "key"
+    return f"contains({source}, '\"{key}\"')"
+
+
+def _text_sql(key: str, source: str) -> str:
+    return f"CASE WHEN json_type({source}, '{key}') = 'VARCHAR' THEN {source}->>'{key}' END"
+
+
+def _int_sql(key: str, source: str) -> str:
+    value = f"({source}->>'{key}')"
+    return (f"CASE json_type({source}, '{key}') "
+            f"WHEN 'BIGINT' THEN TRY_CAST({value} AS INTEGER) "
+            f"WHEN 'UBIGINT' THEN TRY_CAST({value} AS INTEGER) "
+            f"WHEN 'VARCHAR' THEN CASE WHEN regexp_full_match({value}, '[+-]?[0-9]+') "
+            f"THEN TRY_CAST({value} AS INTEGER) END END")
+
+
+def _present(key: str, source: str) -> str:
+    return f"coalesce(json_type({source}, '{key}'), 'NULL') <> 'NULL'"
+
+
+def copy_sql(copy: Copy, source: str = "attributes") -> str:
+    """The SQL expression that computes ``copy``'s column from the attributes JSON
+    (``source``): ``fit.copy_text``, ``copy_int`` and ``copy_authority`` in SQL."""
+    keys = copy.keys
+    if copy.column == "server_authority":
+        host, address, port = keys
+        joined = (f"CASE WHEN json_type({source}, '{address}') = 'VARCHAR' "
+                  f"AND json_type({source}, '{port}') IN ('BIGINT', 'UBIGINT', 'VARCHAR') "
+                  f"THEN ({source}->>'{address}') || ':' || ({source}->>'{port}') END")
+        expr = f"CASE WHEN {_present(host, source)} THEN {_text_sql(host, source)} " \
+               f"ELSE {joined} END"
+    else:
+        one = _int_sql if copy.sql == "INTEGER" else _text_sql
+        expr = one(keys[-1], source)
+        for key in reversed(keys[:-1]):
+            expr = f"CASE WHEN {_present(key, source)} THEN {one(key, source)} ELSE {expr} END"
+    present = " OR ".join(_has_key(key, source) for key in keys)
+    return f"CASE WHEN {present} THEN {expr} END"
+
+
+# -- older stores ------------------------------------------------------------------------------
+# A store of version 1 has spans without the copied attributes' columns. Opened for writing, it
+# is migrated: the columns are added and filled by ``copy_sql``. Opened read-only, it keeps its
+# tables, and temporary views of the same names (``legacy_views``) add the columns, computed as
+# it is read.
+COPIED_TABLES = ("spans", "open_spans")
+
+
+def migration(found: int) -> tuple[str, ...]:
+    """The statements that bring a file (or lake) of version ``found`` to ``SCHEMA_VERSION``."""
+    if found >= 2:
+        return ()
+    out = []
+    any_key = " OR ".join(_has_key(key, "attributes") for key in sorted(COPIED_KEYS))
+    for table in COPIED_TABLES:
+        out.extend(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {copy.column} {copy.sql}"
+                   for copy in COPIED)
+        sets = ",\n    ".join(f"{copy.column} = {copy_sql(copy)}" for copy in COPIED)
+        out.append(f"UPDATE {table} SET\n    {sets}\nWHERE {any_key}")
+    return tuple(out)
+
+
+def select_list(table: str, found: int) -> str:
+    """The columns of ``table`` as a store of version ``found`` gives them (the copied
+    attributes computed where it lacks them), for ``INSERT INTO table SELECT <this> FROM``."""
+    if found >= 2 or table not in COPIED_TABLES:
+        return ", ".join(COLUMNS[table])
+    copied = {copy.column: copy_sql(copy) for copy in COPIED}
+    return ", ".join(f"{copied[col]} AS {col}" if col in copied else col
+                     for col in COLUMNS[table])
+
+
+def legacy_views(found: int, catalog: str) -> tuple[str, ...]:
+    """Temporary views named as the tables of ``catalog`` (a file or lake of version
+    ``found``, opened read-only) that add the columns it lacks."""
+    if found >= 2:
+        return ()
+    quoted = '"' + catalog.replace('"', '""') + '"'
+    cols = ",\n       ".join(f"{copy_sql(copy)} AS {copy.column}" for copy in COPIED)
+    return tuple(f"CREATE OR REPLACE TEMP VIEW {table} AS\nSELECT *,\n       {cols}\n"
+                 f"FROM {quoted}.main.{table}" for table in COPIED_TABLES)

@@ -34,6 +34,7 @@ from rolloutscope.collectors.otlp.errors import BadRequestError
 from rolloutscope.collectors.otlp.limits import DecodeLimits
 from rolloutscope.collectors.otlp.receiver import OtlpReceiver
 from rolloutscope.collectors.otlp.signals import Signal
+from rolloutscope.store.fit import COPIED
 from rolloutscope.vocabulary import Attr, ResourceAttr
 from tests.collectors.hostile import otlp_cases
 
@@ -50,6 +51,15 @@ def test_the_compiled_decoder_is_built() -> None:
     assert fastdecode.available(), fastdecode.unavailable
 
 
+TABLES = ("spans", "span_events", "span_links")
+
+
+def rows_of(batch) -> dict[str, list[tuple]]:
+    """Each table's rows as tuples, whether the batch holds them as rows (the reference) or
+    as columns (the compiled decoder's spans)."""
+    return {t: batch.row_tuples(t) for t in TABLES if batch.row_tuples(t)}
+
+
 def reference(body: bytes, limits: DecodeLimits):
     """The reference's outcome: (tables, accepted, rejected, message) or the error."""
     try:
@@ -57,7 +67,7 @@ def reference(body: bytes, limits: DecodeLimits):
                                  limits)
     except BadRequestError as exc:
         return ("error", exc.problem, exc.message)
-    return ({t: rows for t, rows in decoded.batch.tables.items() if rows}, decoded.accepted,
+    return (rows_of(decoded.batch), decoded.accepted,
             decoded.rejected, decoded.message("spans"), decoded.batch.rows)
 
 
@@ -65,7 +75,7 @@ def compiled(body: bytes, limits: DecodeLimits):
     decoded = fastdecode.decode_traces(body, limits)
     if decoded is None:
         return None
-    return ({t: rows for t, rows in decoded.batch.tables.items() if rows}, decoded.accepted,
+    return (rows_of(decoded.batch), decoded.accepted,
             decoded.rejected, decoded.message("spans"), decoded.batch.rows)
 
 
@@ -86,9 +96,14 @@ PROMOTED = [Attr.ROLLOUT_ID, Attr.EPISODE_ROLLOUT_ID, Attr.RL_ATTEMPT, Attr.EPIS
             Attr.PROMPT_IDX, Attr.CHECKPOINT_ID, Attr.CK_PARTICIPANT_KIND, Attr.SHARD_IDX,
             Attr.RUN_ID, Attr.OPEN_MARKER_FOR, Attr.OPEN_MARKER_PARENT,
             ResourceAttr.SERVICE_NAME]
+COPIED_KEYS = [key for copy in COPIED for key in copy.keys]
 texts = st.text(st.characters(exclude_categories=("Cs",)), max_size=16)
-keys = st.one_of(st.sampled_from(PROMOTED), st.sampled_from(["a", "b", "http.route", "é"]),
-                 texts)
+# what an HTTP status sent as text may look like (fit.copy_int takes decimal digits only)
+status_texts = st.sampled_from(["200", "+0404", "-7", "2147483647", "2147483648", "-2147483648",
+                                "-2147483649", " 200", "2e2", "200.0", "", "+", "\u0663",
+                                "0" * 30 + "5"])
+keys = st.one_of(st.sampled_from(PROMOTED), st.sampled_from(COPIED_KEYS),
+                 st.sampled_from(["a", "b", "http.route", "é"]), texts)
 ints = st.one_of(st.integers(-2**63, 2**63 - 1), st.integers(-2**31 - 2, 2**31 + 2),
                  st.integers(-3, 3))
 floats = st.one_of(st.floats(), st.floats(-1e-3, 1e-3), st.sampled_from(
@@ -101,7 +116,7 @@ def _scalar(v: common_pb2.AnyValue, kind: str, value) -> None:
 
 def any_values(depth: int = 2):
     scalars = st.one_of(
-        st.tuples(st.just("string_value"), texts),
+        st.tuples(st.just("string_value"), st.one_of(texts, status_texts)),
         st.tuples(st.just("int_value"), ints),
         st.tuples(st.just("double_value"), floats),
         st.tuples(st.just("bool_value"), st.booleans()),
@@ -213,7 +228,10 @@ fitting = st.one_of(
               st.tuples(st.just("string_value"), texts)),
     st.tuples(st.sampled_from([Attr.RL_ATTEMPT, Attr.EPISODE_ATTEMPT, Attr.SHARD_IDX]),
               st.tuples(st.just("int_value"), st.integers(-2**31, 2**31 - 1))),
-    st.tuples(st.just(Attr.PROMPT_IDX), st.tuples(st.just("int_value"), ints)))
+    st.tuples(st.just(Attr.PROMPT_IDX), st.tuples(st.just("int_value"), ints)),
+    # a copied attribute is stored as sent whatever it holds: its column is NULL if it does
+    # not fit
+    st.tuples(st.sampled_from(COPIED_KEYS), any_values()))
 clean_attrs = st.tuples(st.dictionaries(plain_keys, any_values(), max_size=6),
                         st.lists(fitting, max_size=3, unique_by=lambda kv: kv[0])).map(
     lambda pair: list(pair[0].items()) + pair[1])
@@ -356,7 +374,7 @@ def test_the_receiver_answers_rejections_as_the_reference_does() -> None:
 def test_the_receiver_decodes_clean_bodies_with_the_compiled_decoder() -> None:
     body = _clean_request(4)
     decoded = _receiver().decode(Signal.TRACES, body, PROTOBUF)
-    assert decoded.batch.tables == fastdecode.decode_traces(body, LIMITS).batch.tables
+    assert rows_of(decoded.batch) == rows_of(fastdecode.decode_traces(body, LIMITS).batch)
 
 
 FALLBACK = """
@@ -372,7 +390,8 @@ assert not fastdecode.available()
 fastdecode.warn_if_unavailable()
 r = OtlpReceiver(enqueue=None, limits=DecodeLimits(), counters=CollectorCounters())
 d = r.decode(Signal.TRACES, open(sys.argv[1], "rb").read(), "protobuf")
-print(orjson.dumps({t: rows for t, rows in d.batch.tables.items()}).decode())
+print(orjson.dumps({t: d.batch.row_tuples(t) for t in ("spans", "span_events", "span_links")
+                    if d.batch.row_tuples(t)}).decode())
 """
 
 
@@ -386,7 +405,7 @@ def test_the_python_decoder_is_the_fallback_and_says_what_it_costs(tmp_path) -> 
     assert "OTLP traces are decoded in Python" in out.stderr
     assert "ROLLOUTSCOPE_PYTHON_DECODER is set" in out.stderr
     assert "receiver CPU per span" in out.stderr
-    fast = fastdecode.decode_traces(body, LIMITS).batch.tables
+    fast = rows_of(fastdecode.decode_traces(body, LIMITS).batch)
     assert json.loads(out.stdout) == json.loads(orjson.dumps(fast))
 
 

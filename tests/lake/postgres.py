@@ -74,3 +74,13 @@ def postgres_server() -> Iterator[str]:
     finally:
         run(str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop")
         shutil.rmtree(root, ignore_errors=True)
+
+
+def create_database(conninfo: str, name: str) -> str:
+    """A new database ``name`` on the server ``conninfo`` names; its connection string."""
+    opts = dict(part.split("=", 1) for part in conninfo.split())
+    done = subprocess.run([str(_bindir() / "createdb"), "-h", opts["host"], "-p", opts["port"],
+                           "-U", opts["user"], name], capture_output=True, text=True, timeout=60)
+    if done.returncode:
+        raise RuntimeError(f"createdb {name} failed: {done.stdout}{done.stderr}")
+    return " ".join(f"{k}={name if k == 'dbname' else v}" for k, v in opts.items())

@@ -9,9 +9,12 @@ import pytest
 
 from rolloutscope.cli import main
 from rolloutscope.store import RunStore, StoreError
+from rolloutscope.store.lake_ops import copy_runs
 from tests.collectors.conftest import run_sender, start_collector
-from tests.lake.postgres import postgres_server, unavailable_reason
+from tests.lake.postgres import create_database, postgres_server, unavailable_reason
+from tests.lake.test_lake_versions import check_version_1_lake, lake_as_version_1, view_frames
 from tests.lake.test_moving_and_upkeep import _view_frames
+from tests.synthetic_run import synthetic_run
 
 pytestmark = pytest.mark.skipif(unavailable_reason() is not None,
                                 reason=unavailable_reason() or "")
@@ -50,3 +53,13 @@ def test_views_on_a_postgres_lake_match_the_file_and_a_collector_writes_it(
     assert main(["info", lake]) == 0
     out = capsys.readouterr().out
     assert "run live" in out and "spans 30" in out
+
+
+def test_a_version_1_postgres_lake_reads_as_its_file_and_is_migrated_when_written(
+        conninfo, tmp_path):
+    run = synthetic_run(tmp_path / "run.duckdb", spans=20_000)
+    expected = view_frames(str(run))
+    lake = f"ducklake:postgres:{create_database(conninfo, 'lake_v1')}"
+    copy_runs(run, lake, data_path=tmp_path / "lake-data")
+    lake_as_version_1(lake)
+    check_version_1_lake(lake, expected)

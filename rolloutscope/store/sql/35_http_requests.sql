@@ -1,8 +1,10 @@
 -- http_requests: one row per outbound HTTP request a traced process made (a CLIENT span with a
 -- URL), in any SDK's conventions: url.full / http.request.method / http.response.status_code,
--- or the older http.url / http.method / http.status_code. Released Gym writes one such span per
--- try of every call between its servers and to model backends (nemo_gym.server_utils.request;
--- a call its model client retries is several tries under one parent span).
+-- or the older http.url / http.method / http.status_code (the spans' url and http_status
+-- columns copy the URL and the status, the newer first: fit.COPIED). Released Gym writes one
+-- such span per try of every call between its servers and to model backends
+-- (nemo_gym.server_utils.request; a call its model client retries is several tries under one
+-- parent span).
 -- target is scheme://host:port; internal is true when a traced SERVER of the same run answers
 -- at that address (a hop inside the deployment, seen again on the server side); model_endpoint
 -- when the path is an OpenAI-style generation route (/v1/chat/completions, /v1/completions,
@@ -17,11 +19,10 @@ WITH client AS (
         status_code, status_message, rollout_id, is_open,
         resource->>'nemo.gym.server.name' AS server_name,
         resource->>'nemo.gym.server.type' AS server_type,
-        coalesce(attributes->>'url.full', attributes->>'http.url') AS url,
+        url,
         upper(coalesce(attributes->>'http.request.method', attributes->>'http.method',
                        CASE WHEN name LIKE 'HTTP %' THEN split_part(name, ' ', 2) END)) AS method,
-        TRY_CAST(coalesce(attributes->>'http.response.status_code',
-                          attributes->>'http.status_code') AS INTEGER) AS http_status,
+        http_status,
         attributes->>'error.type' AS error_type,
         TRY_CAST(attributes->>'gen_ai.usage.input_tokens' AS BIGINT) AS input_tokens,
         TRY_CAST(attributes->>'gen_ai.usage.output_tokens' AS BIGINT) AS output_tokens,
@@ -37,17 +38,12 @@ parsed AS (
     FROM client
     WHERE url IS NOT NULL
 ),
--- where each traced server of a run listens, as its SERVER spans record it (a span without a
--- whole address adds a NULL authority, which no request matches)
+-- where each traced server of a run listens, as its SERVER spans record it: http.host, else
+-- server.address:server.port (the spans' server_authority)
 served AS (
-    SELECT DISTINCT run_id,
-           coalesce(attributes->>'http.host',
-                    (attributes->>'server.address') || ':' || (attributes->>'server.port'))
-               AS authority
+    SELECT DISTINCT run_id, server_authority AS authority
     FROM all_spans
-    WHERE kind = 'SERVER'
-      -- a text test first: JSON is parsed only for spans that can carry an address
-      AND (attributes LIKE '%"http.host"%' OR attributes LIKE '%"server.address"%')
+    WHERE kind = 'SERVER' AND server_authority IS NOT NULL
 )
 SELECT
     p.run_id,

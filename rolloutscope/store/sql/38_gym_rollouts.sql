@@ -29,8 +29,7 @@ WITH rollouts AS (
 ),
 run_replies AS (  -- the agent's own /run SERVER span: the parent, in the same process
     SELECT s.run_id, s.trace_id, s.span_id,
-           TRY_CAST(coalesce(s.attributes->>'http.response.status_code',
-                             s.attributes->>'http.status_code') AS INTEGER) AS http_status
+           s.http_status
     FROM all_spans s
     WHERE s.kind = 'SERVER'
       AND s.span_id IN (SELECT parent_span_id FROM rollouts)

@@ -15,16 +15,14 @@ gym_rows AS (
                 THEN regexp_extract(g.key, '^(.+)-a[0-9]+$', 1) ELSE g.key END AS base,
            coalesce(TRY_CAST(regexp_extract(g.key, '-a([0-9]+)$', 1) AS INTEGER), 0)
                AS gym_attempt,
-           -- read off the joined reply, so that a filter on the status runs on the rollouts
-           -- after the join rather than on every SERVER span before it
-           CASE WHEN q.span_id = g.parent_span_id
-                THEN TRY_CAST(coalesce(q.attributes->>'http.response.status_code',
-                                       q.attributes->>'http.status_code') AS INTEGER)
-           END AS http_status
+           q.http_status AS error_status
     FROM gym g
-    -- each one's /run: the agent's SERVER span, its parent in the same process
-    LEFT JOIN (SELECT run_id, trace_id, span_id, attributes FROM all_spans
-               WHERE kind = 'SERVER') q
+    -- each one's /run (the agent's SERVER span, its parent in the same process) where it
+    -- answered an error: only a status >= 400 changes a row, and joining those few replies
+    -- costs next to nothing, where joining every SERVER span cost every reader of
+    -- rollout_attempts (a count of them included) a hash join of all of them
+    LEFT JOIN (SELECT run_id, trace_id, span_id, http_status FROM all_spans
+               WHERE kind = 'SERVER' AND http_status >= 400) q
         ON q.run_id = g.run_id AND q.trace_id = g.trace_id AND q.span_id = g.parent_span_id
 )
 SELECT
@@ -40,13 +38,12 @@ SELECT
     CASE WHEN g.end_ns IS NULL THEN 'open'
          WHEN (g.attributes->>'nemo.gym.rollout.outcome') IS NOT NULL
              THEN g.attributes->>'nemo.gym.rollout.outcome'
-         WHEN g.status_code = 'ERROR' OR g.http_status >= 400 THEN 'failed'
+         WHEN g.status_code = 'ERROR' OR g.error_status >= 400 THEN 'failed'
          ELSE 'finished' END AS outcome,
-    CASE WHEN g.http_status >= 500 OR g.http_status IN (408, 429) THEN 'infra'
-         WHEN g.http_status >= 400 THEN 'data' END AS failure_class,
-    coalesce(g.status_message, CASE WHEN g.http_status >= 400
-                                    THEN 'HTTP ' || g.http_status END) AS failure_reason,
-    CASE WHEN g.http_status >= 400 THEN g.http_status END AS failure_http_status,
+    CASE WHEN g.error_status >= 500 OR g.error_status IN (408, 429) THEN 'infra'
+         WHEN g.error_status >= 400 THEN 'data' END AS failure_class,
+    coalesce(g.status_message, 'HTTP ' || g.error_status) AS failure_reason,
+    g.error_status AS failure_http_status,
     CAST(NULL AS VARCHAR) AS failure_detail,
     CAST(NULL AS BIGINT) AS weight_version,
     (g.end_ns - g.start_ns) / 1e9 AS duration_s,

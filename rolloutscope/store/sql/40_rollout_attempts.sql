@@ -22,11 +22,11 @@ SELECT
     start_ns,
     end_ns,
     CASE WHEN end_ns IS NULL THEN 'open'
-         ELSE coalesce(attributes->>'nemo.rl.rollout.outcome',
+         ELSE coalesce(rollout_outcome,
                        CASE WHEN status_code = 'ERROR' THEN 'failed' ELSE 'committed' END)
     END AS outcome,
-    attributes->>'nemo.rl.failure.class' AS failure_class,
-    attributes->>'nemo.rl.failure.reason' AS failure_reason,
+    failure_class,
+    failure_reason,
     TRY_CAST(attributes->>'nemo.rl.failure.http_status' AS INTEGER) AS failure_http_status,
     attributes->>'nemo.rl.failure.detail' AS failure_detail,
     TRY_CAST(attributes->>'nemo.rl.weight_version' AS BIGINT) AS weight_version,

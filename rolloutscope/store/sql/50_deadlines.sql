@@ -16,7 +16,7 @@ WITH fire AS (
 SELECT
     d.run_id,
     coalesce(d.attributes->>'nemo.rl.deadline.id', d.span_id) AS deadline_id,
-    d.attributes->>'nemo.rl.deadline.kind' AS kind,
+    d.deadline_kind AS kind,
     d.rollout_id,
     d.attempt,
     d.prompt_idx,
@@ -24,7 +24,7 @@ SELECT
     d.start_ns,
     d.end_ns,
     CASE WHEN d.end_ns IS NULL THEN 'open'
-         ELSE coalesce(d.attributes->>'nemo.rl.deadline.outcome',
+         ELSE coalesce(d.deadline_outcome,
                        CASE WHEN f.fired_ns IS NOT NULL THEN 'fired' ELSE 'completed' END)
     END AS outcome,
     coalesce(TRY_CAST(d.attributes->>'nemo.rl.deadline.suspended_s' AS DOUBLE), 0.0)
@@ -32,7 +32,7 @@ SELECT
     coalesce(d.attributes->>'nemo.rl.deadline.state_when_fired', f.state_when_fired)
         AS state_when_fired,
     coalesce(f.fired_ns,
-             CASE WHEN (d.attributes->>'nemo.rl.deadline.outcome') = 'fired' THEN d.end_ns END)
+             CASE WHEN d.deadline_outcome = 'fired' THEN d.end_ns END)
         AS fired_ns,
     d.attributes->>'nemo.rl.deadline.description' AS description,
     d.span_id,

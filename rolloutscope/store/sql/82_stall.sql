@@ -10,7 +10,11 @@
 -- count is the stall line's, else the rollout/inflight sample due at the stall, and with no record
 -- of commits at all (a controller log alone) its committed count is the stall line's.
 CREATE OR REPLACE VIEW stall AS
-WITH counter_moves AS (
+WITH attempt_runs AS (  -- the runs with rollout tries: one row each, so each test below is
+    -- a lookup in a row per run instead of a hash join with every try
+    SELECT DISTINCT run_id FROM rollout_attempts
+),
+counter_moves AS (
     SELECT run_id, name, ts_ns,
            CAST(value - coalesce(lag(value) OVER (PARTITION BY run_id, name ORDER BY ts_ns), 0)
                 AS BIGINT) AS delta
@@ -26,7 +30,7 @@ progress AS (
     UNION ALL
     SELECT m.run_id, m.ts_ns, m.delta, 0 FROM counter_moves m
     WHERE m.name = 'rollout/committed_total' AND m.delta > 0
-      AND NOT EXISTS (SELECT 1 FROM rollout_attempts a WHERE a.run_id = m.run_id)
+      AND NOT EXISTS (SELECT 1 FROM attempt_runs a WHERE a.run_id = m.run_id)
     UNION ALL
     SELECT m.run_id, m.ts_ns, 0, m.delta FROM counter_moves m
     WHERE m.name = 'rollout/train_steps' AND m.delta > 0
@@ -86,7 +90,7 @@ SELECT
                 ELSE format(' (from {:.0f} s to {:.0f} s)',
                             (s.idle_since_ns - s.origin_ns) / 1e9,
                             (s.next_t - s.origin_ns) / 1e9) END,
-           CASE WHEN EXISTS (SELECT 1 FROM rollout_attempts a WHERE a.run_id = s.run_id)
+           CASE WHEN EXISTS (SELECT 1 FROM attempt_runs a WHERE a.run_id = s.run_id)
                 THEN (SELECT count(*) FROM rollout_attempts a
                       WHERE a.run_id = s.run_id AND a.start_ns <= s.due_ns
                         AND (a.end_ns IS NULL OR a.end_ns > s.due_ns))

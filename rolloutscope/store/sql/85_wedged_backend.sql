@@ -2,7 +2,8 @@
 -- answers every liveness probe while its generations fail (router backend errors or
 -- adapter-reported failures). Needs at least unhealthy_threshold failures and at least one probe
 -- in the failing stretch, every one of them OK. Before the separate reported-failure streak, such
--- a shard oscillated healthy <-> suspect forever; oscillations counts those flips.
+-- a shard oscillated healthy <-> suspect forever; oscillations counts those flips. A router
+-- request's status is its http.response.status_code, or the older http.status_code (http_status).
 -- From plain HTTP spans (released Gym, any OTel client): a model backend (http_requests.target)
 -- whose generation requests failed (>= 500, or no answer) at least unhealthy_threshold times
 -- while every liveness probe of the same backend in that stretch (a GET of /health, /v1/models,
@@ -12,7 +13,7 @@ WITH failures AS (
     SELECT run_id, shard_idx, start_ns AS ts_ns, span_id FROM all_spans
     WHERE name = 'rl.router.request' AND shard_idx IS NOT NULL
       AND ((attributes->>'nemo.rl.router.outcome') = 'backend_error'
-           OR TRY_CAST(attributes->>'http.response.status_code' AS INTEGER) >= 500)
+           OR http_status >= 500)
     UNION ALL
     SELECT run_id, shard_idx, ts_ns, span_id FROM span_events
     WHERE name = 'rl.gen_fleet.reported_failure' AND shard_idx IS NOT NULL

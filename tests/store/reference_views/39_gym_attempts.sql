@@ -24,7 +24,7 @@ gym_rows AS (
                 THEN regexp_extract(g.key, '^(.+)-a[0-9]+$', 1) ELSE g.key END AS base,
            coalesce(TRY_CAST(regexp_extract(g.key, '-a([0-9]+)$', 1) AS INTEGER), 0)
                AS gym_attempt,
-           q.http_status
+           q.http_status AS reply_status
     FROM gym g
     LEFT JOIN replies q
         ON q.run_id = g.run_id AND q.trace_id = g.trace_id AND q.span_id = g.parent_span_id
@@ -42,13 +42,13 @@ SELECT
     CASE WHEN g.end_ns IS NULL THEN 'open'
          WHEN (g.attributes->>'nemo.gym.rollout.outcome') IS NOT NULL
              THEN g.attributes->>'nemo.gym.rollout.outcome'
-         WHEN g.status_code = 'ERROR' OR g.http_status >= 400 THEN 'failed'
+         WHEN g.status_code = 'ERROR' OR g.reply_status >= 400 THEN 'failed'
          ELSE 'finished' END AS outcome,
-    CASE WHEN g.http_status >= 500 OR g.http_status IN (408, 429) THEN 'infra'
-         WHEN g.http_status >= 400 THEN 'data' END AS failure_class,
-    coalesce(g.status_message, CASE WHEN g.http_status >= 400
-                                    THEN 'HTTP ' || g.http_status END) AS failure_reason,
-    CASE WHEN g.http_status >= 400 THEN g.http_status END AS failure_http_status,
+    CASE WHEN g.reply_status >= 500 OR g.reply_status IN (408, 429) THEN 'infra'
+         WHEN g.reply_status >= 400 THEN 'data' END AS failure_class,
+    coalesce(g.status_message, CASE WHEN g.reply_status >= 400
+                                    THEN 'HTTP ' || g.reply_status END) AS failure_reason,
+    CASE WHEN g.reply_status >= 400 THEN g.reply_status END AS failure_http_status,
     CAST(NULL AS VARCHAR) AS failure_detail,
     CAST(NULL AS BIGINT) AS weight_version,
     (g.end_ns - g.start_ns) / 1e9 AS duration_s,
