@@ -13,6 +13,7 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from rolloutscope.collectors import exporter
 from rolloutscope.collectors.exporter import SpanEncoder
 from rolloutscope.replay.telemetry import Telemetry
+from rolloutscope.store.schema import COLUMNS
 from rolloutscope.vocabulary import Attr, ResourceAttr
 
 T0 = 1_800_000_000 * 10**9
@@ -100,8 +101,9 @@ def test_spans_of_several_scopes_and_resources_in_one_batch_keep_each_their_own(
     spans.insert(5, ReadableSpan(name="unscoped", context=unscoped.context,
                                  resource=unscoped.resource, start_time=T0, end_time=T0 + 1))
     rows = _rows(spans)["spans"]
-    assert [(row[4], row[6], row[-1]) for row in rows] == [
+    name, service, scope = (COLUMNS["spans"].index(c) for c in ("name", "service", "scope"))
+    assert [(row[name], row[service], row[scope]) for row in rows] == [
         (s.name, s.resource.attributes[ResourceAttr.SERVICE_NAME],
          None if s.instrumentation_scope is None else s.instrumentation_scope.name)
         for s in spans]
-    assert {row[-1] for row in rows} == {"scope.one", "scope.two", None}
+    assert {row[scope] for row in rows} == {"scope.one", "scope.two", None}
