@@ -100,9 +100,8 @@ class Scheduler:
     def now(self) -> float:
         return self.clock.t
 
-    # ``at`` and ``after`` make and queue their timers themselves (no shared helper, no
-    # ``Timer.__init__``): a large replay schedules a few hundred thousand events, and a call
-    # level each is measurable
+    # ``at`` makes and queues its timer itself (no ``Timer.__init__``): a large replay
+    # schedules a few hundred thousand events, and a call level each is measurable
     def at(self, t: float, fn: Callable[..., Any], *args: Any,
            priority: Priority = Priority.WORK) -> Timer:
         now = self.clock.t
@@ -125,24 +124,7 @@ class Scheduler:
 
     def after(self, dt: float, fn: Callable[..., Any], *args: Any,
               priority: Priority = Priority.WORK) -> Timer:
-        now = self.clock.t
-        t = now + dt
-        if t < now:
-            t = now  # a negative delay: never schedule into the past
-        timer = _new_timer(Timer)
-        timer.fn, timer.args = fn, args
-        entry = (t, priority, next(self._seq), timer)
-        bucket = int(t) if t < _LAST_BUCKET else _LAST_BUCKET
-        if bucket <= self._bucket:
-            heapq.heappush(self._heap, entry)
-        else:
-            later = self._later.get(bucket)
-            if later is None:
-                self._later[bucket] = [entry]
-                heapq.heappush(self._later_keys, bucket)
-            else:
-                later.append(entry)
-        return timer
+        return self.at(self.clock.t + dt, fn, *args, priority=priority)  # dt < 0: now
 
     def _next_bucket(self) -> list[tuple[float, int, int, Timer]] | None:
         """Make the next non-empty bucket the current one (the heap is empty); None: none is
