@@ -57,7 +57,7 @@ TABLES = ("spans", "span_events", "span_links")
 def rows_of(batch) -> dict[str, list[tuple]]:
     """Each table's rows as tuples, whether the batch holds them as rows (the reference) or
     as columns (the compiled decoder's spans)."""
-    return {t: batch.row_tuples(t) for t in TABLES if batch.row_tuples(t)}
+    return {t: rows for t in TABLES if (rows := batch.row_tuples(t))}
 
 
 def reference(body: bytes, limits: DecodeLimits):
