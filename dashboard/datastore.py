@@ -185,8 +185,9 @@ def _key_hits(old: pd.DataFrame, new: pd.DataFrame, key: tuple[str, ...]) -> np.
 class DataStore(RolloutRows, param.Parameterized):
     """The run a dashboard shows, its view rows, and what the user selected."""
 
-    # a view with a ``<view>_of`` macro is read through it (off: the view, filtered on the run
-    # and the floor, which then computes its sums over every run; bench_render.py's baseline)
+    # a view with a ``<view>_of`` or ``<view>_since`` macro is read through it (off: the view,
+    # filtered on the run, the floor and the tick's times, which then computes its sums over
+    # every run; bench_render.py's and bench_dashboard.py's baseline)
     macro_reads = True
     # text columns are read as Arrow strings (``RunStore.query_frame``; off: a Python string
     # per value, DuckDB's ``df()``, bench_render.py's load baseline)
@@ -307,7 +308,23 @@ class DataStore(RolloutRows, param.Parameterized):
         if spec.gym_only and "gym" not in self.dialects():
             return None
         floor = self._cap_floor(spec) if spec.cap is not None else None
-        # names from VIEWS, not from input
+        sql, params = self._read_sql(spec, since, floor)
+        try:
+            return self._query(sql, params)
+        except StoreError as exc:
+            if not spec.optional:
+                raise
+            self.problems.append(f"view {spec.name} unreadable: {exc}")
+            log.warning("view %s unreadable: %s", spec.name, exc)
+            return None
+
+    def _read_sql(self, spec: ViewSpec, since: int | None,
+                  floor: int | None) -> tuple[str, list]:
+        """The query of ``_read`` (names from VIEWS, not from input)."""
+        if spec.name in store_views.incremental() and self.macro_reads:
+            # through its macro: the rows an event since reached (NULL: every row), grouped
+            # from their own events only
+            return f"SELECT * FROM {spec.name}_since(?, ?)", [self.run_id, since]
         if spec.name in store_views.readers() and self.macro_reads:
             # through its macro: the run and the floor reach the spans its aggregates read
             source, where, params = f"{spec.name}_of(?, ?)", [], [self.run_id, floor]
@@ -323,14 +340,7 @@ class DataStore(RolloutRows, param.Parameterized):
         sql = f"SELECT * FROM {source}" + (f" WHERE {' AND '.join(where)}" if where else "")
         if spec.cap is not None:
             sql += f" ORDER BY start_ns DESC, span_id LIMIT {int(spec.cap)}"
-        try:
-            return self._query(sql, params)
-        except StoreError as exc:
-            if not spec.optional:
-                raise
-            self.problems.append(f"view {spec.name} unreadable: {exc}")
-            log.warning("view %s unreadable: %s", spec.name, exc)
-            return None
+        return sql, params
 
     def _cap_floor(self, spec: ViewSpec) -> int | None:
         """A start time the newest ``spec.cap`` rows of a capped view all start at or after,

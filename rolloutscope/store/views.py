@@ -11,6 +11,13 @@ rows of one run (NULL: every run) that start at or after ``floor_ns`` (NULL: all
 there on, so that a read of a long run's latest rows does not compute the view over the whole
 run first (a filter on a view's output does not reach the spans its aggregates read). The view
 is then ``SELECT * FROM <view>_of(NULL, NULL)``.
+
+A view whose rows each group several events may instead define ``<view>_since(run, since_ns)``:
+the view's rows of one run that an event at or after ``since_ns`` reached, grouped from those
+rows' events only. A live dashboard tick reads it for the rows that changed since its last read;
+a filter on the view's output times would group every row of the run first (``completions`` at
+10M spans: 0.4-0.7 s a tick, against a few ms). The view is then
+``SELECT * FROM <view>_since(NULL, NULL)``.
 """
 
 from __future__ import annotations
@@ -44,8 +51,10 @@ def read_folder(folder) -> tuple[tuple[str, str], ...]:
         declared = _CREATE.search(text)
         if not declared or declared.group(1) != m.group(1):
             raise RuntimeError(f"{entry.name} must define exactly the view {m.group(1)}")
-        if any(name != f"{m.group(1)}_of" for name in _MACRO.findall(text)):
-            raise RuntimeError(f"{entry.name} may define only the macro {m.group(1)}_of")
+        allowed = {f"{m.group(1)}_of", f"{m.group(1)}_since"}
+        if any(name not in allowed for name in _MACRO.findall(text)):
+            raise RuntimeError(f"{entry.name} may define only the macros {m.group(1)}_of and "
+                               f"{m.group(1)}_since")
         out.append((m.group(1), text))
     return tuple(out)
 
@@ -57,7 +66,18 @@ def names() -> frozenset[str]:
 @cache
 def readers() -> frozenset[str]:
     """The views read through their ``<view>_of(run, floor_ns)`` macro."""
-    return frozenset(name for name, text in definitions() if _MACRO.search(text))
+    return _with_macro("_of")
+
+
+@cache
+def incremental() -> frozenset[str]:
+    """The views a live tick reads through their ``<view>_since(run, since_ns)`` macro."""
+    return _with_macro("_since")
+
+
+def _with_macro(suffix: str) -> frozenset[str]:
+    return frozenset(name for name, text in definitions()
+                     if f"{name}{suffix}" in _MACRO.findall(text))
 
 
 def as_temporary(text: str) -> str:

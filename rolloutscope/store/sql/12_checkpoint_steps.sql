@@ -35,6 +35,9 @@ SELECT
 FROM all_spans s
 LEFT JOIN (SELECT * FROM all_spans WHERE name LIKE 'gym.checkpoint.%') o
     ON o.run_id = s.run_id AND o.trace_id = s.trace_id AND o.span_id = s.parent_span_id
-WHERE s.name IN ('gym.checkpoint.wait_ready', 'gym.checkpoint.export', 'gym.checkpoint.write',
-                 'gym.checkpoint.read', 'gym.checkpoint.install')
-   OR s.name LIKE 'gym.checkpoint.coordinate.prepare.%'
+-- the prefix first: DuckDB prunes the spans on it alone (at 10M spans the OR below, tested on
+-- every span, took 0.2 s of each read)
+WHERE s.name LIKE 'gym.checkpoint.%'
+  AND (s.name IN ('gym.checkpoint.wait_ready', 'gym.checkpoint.export', 'gym.checkpoint.write',
+                  'gym.checkpoint.read', 'gym.checkpoint.install')
+       OR s.name LIKE 'gym.checkpoint.coordinate.prepare.%')

@@ -12,10 +12,11 @@ CREATE OR REPLACE VIEW checkpoint_windows AS
 WITH intervals AS (
     SELECT run_id, checkpoint_id, start_ns, end_ns
     FROM all_spans
-    WHERE checkpoint_id IS NOT NULL
+    -- both names first, on their own: DuckDB prunes the spans on them (an OR is tested on
+    -- every span)
+    WHERE checkpoint_id IS NOT NULL AND name IN ('gym.checkpoint.open', 'rl.admission.fence')
       AND (name = 'gym.checkpoint.open'
-           OR (name = 'rl.admission.fence'
-               AND coalesce(attributes->>'nemo.rl.fence.owner', 'gym_checkpoint') = 'gym_checkpoint'))
+           OR coalesce(attributes->>'nemo.rl.fence.owner', 'gym_checkpoint') = 'gym_checkpoint')
 ),
 op_intervals AS (
     SELECT run_id, checkpoint_id,
