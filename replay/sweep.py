@@ -227,8 +227,11 @@ def start_ray(address: str, *, num_cpus: int | None = None) -> bool:
     if ray.is_initialized():
         return False
     if address == "local":
-        ray.init(include_dashboard=False, num_cpus=num_cpus, log_to_driver=False,
-                 configure_logging=False, _system_config=LOCAL_RAY_SYSTEM_CONFIG)
+        # a new local instance, not one a `ray start` on this machine left running (Ray's
+        # default without an address), which refuses num_cpus
+        ray.init(address="local", include_dashboard=False, num_cpus=num_cpus,
+                 log_to_driver=False, configure_logging=False,
+                 _system_config=LOCAL_RAY_SYSTEM_CONFIG)
     else:
         ray.init(address=address, log_to_driver=False, configure_logging=False)
     return True

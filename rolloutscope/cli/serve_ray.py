@@ -27,9 +27,9 @@ ALL_READY_PREFIX = "rolloutscope ray collectors ready "
 def _start_ray(address: str | None) -> None:
     import ray
 
-    if address is None:  # a cluster of this machine, on loopback, without Ray's dashboard
-        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False,
-                 _node_ip_address="127.0.0.1")
+    if address is None:  # a new cluster of this machine, on loopback, without Ray's dashboard
+        ray.init(address="local", include_dashboard=False, log_to_driver=False,
+                 configure_logging=False, _node_ip_address="127.0.0.1")
     else:
         ray.init(address=address, log_to_driver=False, configure_logging=False)
 

@@ -17,7 +17,7 @@ def test_one_collector_actor_per_node_writes_the_lake(tmp_path):
     from rolloutscope.collectors.ray import place_collectors, stop_collectors
 
     lake = f"ducklake:sqlite:{tmp_path / 'catalog.sqlite'}"
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
         placed = place_collectors(lake)
         assert [p.node_id for p in placed] == [n["NodeID"] for n in ray.nodes() if n["Alive"]]
