@@ -8,10 +8,13 @@ compatibility shim: a test that installs it removes it again.
 
 from __future__ import annotations
 
+import fcntl
 import glob
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -47,6 +50,27 @@ def gym_venv() -> Path:
         pytest.skip("released nemo-gym needs Python >= 3.13 and none was found (set "
                     "ROLLOUTSCOPE_PYTHON313, or install python3.13)")
     venv = cache_dir() / "nemo-gym-0.7.0-venv"
+    with _locked("build"):  # the suite's two workers (pytest-xdist) may both want it first
+        return _build_gym_venv(base, venv)
+
+
+@contextmanager
+def shim_held() -> Iterator[None]:
+    """The cached environment's shim is this block's to install and remove: a test in the
+    other pytest-xdist worker that changes it waits until the block ends."""
+    with _locked("shim"):
+        yield
+
+
+@contextmanager
+def _locked(what: str) -> Iterator[None]:
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    with open(cache_dir() / f"nemo-gym-0.7.0-venv.{what}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _build_gym_venv(base: str, venv: Path) -> Path:
     python = venv / "bin" / "python"
     if not python.exists():
         subprocess.run([base, "-m", "venv", str(venv)], check=True, timeout=300)

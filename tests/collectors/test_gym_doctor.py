@@ -11,7 +11,7 @@ import pytest
 from rolloutscope.cli import main
 
 from .conftest import start_collector
-from .gym_env import gym_python  # noqa: F401 - the fixture
+from .gym_env import gym_python, shim_held  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.slow
 
@@ -21,7 +21,15 @@ def doctor(capsys, *args: str) -> tuple[int, str]:
     return rc, capsys.readouterr().out
 
 
-def test_the_released_packages_export_nothing_and_the_doctor_says_why(gym_python, capsys):
+@pytest.fixture
+def shim(gym_python):
+    """gym_python, its shim this test's alone to change (``shim_held``)."""
+    with shim_held():
+        yield gym_python
+
+
+def test_the_released_packages_export_nothing_and_the_doctor_says_why(shim, capsys):
+    gym_python = shim
     rc, out = doctor(capsys, "--python", gym_python, "--remove-shim")
     assert rc == 1
     assert "nemo-gym 0.7.0, nemo-lens 0.1.0" in out and "shim not loaded" in out
@@ -38,7 +46,8 @@ def test_the_released_packages_export_nothing_and_the_doctor_says_why(gym_python
     assert doc["report"]["enabled_groups"] == []
 
 
-def test_with_the_shim_gyms_telemetry_reaches_the_collector(gym_python, capsys, tmp_path):
+def test_with_the_shim_gyms_telemetry_reaches_the_collector(shim, capsys, tmp_path):
+    gym_python = shim
     collector = start_collector(tmp_path / "doctor.duckdb")
     try:
         rc, out = doctor(capsys, "--python", gym_python, "--install-shim",

@@ -16,7 +16,7 @@ from rolloutscope.cli import main
 from rolloutscope.store import RunStore
 
 from .conftest import start_collector
-from .gym_env import gym_python  # noqa: F401 - the fixture
+from .gym_env import gym_python, shim_held  # noqa: F401 - the fixture
 from .gym_live import GymDeployment
 
 pytestmark = pytest.mark.slow
@@ -42,6 +42,11 @@ def wait_for_spans(collector, deadline_s: float = 45.0) -> dict[str, int]:
 
 @pytest.fixture(scope="module")
 def live_run(gym_python, tmp_path_factory):
+    with shim_held():  # from installing the shim to removing it
+        return _live_run(gym_python, tmp_path_factory)
+
+
+def _live_run(gym_python, tmp_path_factory) -> dict:
     rc = main(["doctor", "gym", "--python", gym_python, "--install-shim"])
     assert rc == 0, "the shim did not make Gym's telemetry export"
     db = tmp_path_factory.mktemp("gymlive") / "live.duckdb"
@@ -61,9 +66,9 @@ def live_run(gym_python, tmp_path_factory):
         left = gym.stop()
         collector.stop()
         main(["doctor", "gym", "--python", gym_python, "--remove-shim"])
-    yield {"db": db, "run_id": run_id, "replies": replies, "stub": stub, "arrived": arrived,
-           "left": left, "rss_mb": rss,
-           "timings": {**gym.timings, "total_s": time.monotonic() - t0}}
+    return {"db": db, "run_id": run_id, "replies": replies, "stub": stub, "arrived": arrived,
+            "left": left, "rss_mb": rss,
+            "timings": {**gym.timings, "total_s": time.monotonic() - t0}}
 
 
 def test_the_deployment_ran_on_loopback_and_left_nothing_behind(live_run):
