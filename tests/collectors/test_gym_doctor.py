@@ -22,14 +22,14 @@ def doctor(capsys, *args: str) -> tuple[int, str]:
 
 
 @pytest.fixture
-def shim(gym_python):
-    """gym_python, its shim this test's alone to change (``shim_held``)."""
+def own_shim():
+    """The cached environment's shim is this test's alone to change (``shim_held``)."""
     with shim_held():
-        yield gym_python
+        yield
 
 
-def test_the_released_packages_export_nothing_and_the_doctor_says_why(shim, capsys):
-    gym_python = shim
+def test_the_released_packages_export_nothing_and_the_doctor_says_why(gym_python, own_shim,
+                                                                      capsys):
     rc, out = doctor(capsys, "--python", gym_python, "--remove-shim")
     assert rc == 1
     assert "nemo-gym 0.7.0, nemo-lens 0.1.0" in out and "shim not loaded" in out
@@ -46,8 +46,8 @@ def test_the_released_packages_export_nothing_and_the_doctor_says_why(shim, caps
     assert doc["report"]["enabled_groups"] == []
 
 
-def test_with_the_shim_gyms_telemetry_reaches_the_collector(shim, capsys, tmp_path):
-    gym_python = shim
+def test_with_the_shim_gyms_telemetry_reaches_the_collector(gym_python, own_shim, capsys,
+                                                            tmp_path):
     collector = start_collector(tmp_path / "doctor.duckdb")
     try:
         rc, out = doctor(capsys, "--python", gym_python, "--install-shim",
