@@ -124,9 +124,9 @@ class IncidentDetail(TimeView):
             empty = tl.TimelineFrames(**{n: d.frames[n].iloc[:0] for n in (
                 "checkpoint_windows", "checkpoint_ops", "shard_states", "rollout_attempts",
                 "parked_intervals", "deadlines", "completions", "incidents")})
-            return tf.lane_plot(empty, t0_ns=t0, now_ns=now, xlim=d.whole_run())
+            return tf.lane_layers(empty, t0_ns=t0, now_ns=now, xlim=d.whole_run())
         inc = self.shown_incident()
-        return tf.lane_plot(scene.frames, t0_ns=t0, now_ns=now, xlim=self.window(inc),
+        return tf.lane_layers(scene.frames, t0_ns=t0, now_ns=now, xlim=self.window(inc),
                             highlight=self._highlight(inc))
 
     def gauge_figure(self):
@@ -135,7 +135,7 @@ class IncidentDetail(TimeView):
         inc = self.shown_incident()
         g, _ = d.rollout_gauges()
         xlim = self.window(inc) if inc is not None else d.whole_run()
-        return tf.rollout_gauges(g, xlim=xlim, marks=scene.marks if scene is not None else None,
+        return tf.gauge_layers(g, xlim=xlim, marks=scene.marks if scene is not None else None,
                                  committed_label=committed_label(d))
 
     def serving_figure(self):
@@ -143,7 +143,7 @@ class IncidentDetail(TimeView):
         inc = self.shown_incident()
         t0 = self._t0()
         xlim = self.window(inc) if inc is not None else d.whole_run()
-        return tf.serving_plot(d.frames["shard_states"], t0_ns=t0, now_ns=d.last_seen_ns(),
+        return tf.serving_layers(d.frames["shard_states"], t0_ns=t0, now_ns=d.last_seen_ns(),
                                router=plots.router_samples(d.frames["serving_samples"], t0),
                                fleet=plots.fleet_samples(d.frames["serving_samples"], t0),
                                xlim=xlim)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from bokeh.core.properties import field
-from bokeh.models import FixedTicker
 from bokeh.plotting import figure
 
 from rolloutscope.dashboard import style
@@ -116,36 +115,36 @@ def replay_marks(frame: pd.DataFrame, lanes: tuple[str, ...]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def replay_timeline(frame: pd.DataFrame, lanes: tuple[str, ...], *, title: str,
-                    xlim: tuple[float, float], highlight: tuple[float, float] | None = None
-                    ) -> figure:
-    """One side's timeline; the same renderers in the same order whatever the data:
+def replay_timeline(frame: pd.DataFrame, lanes: tuple[str, ...], **kw) -> figure:
+    """One side's timeline as a figure (``replay_layers``)."""
+    return tf.render(replay_layers(frame, lanes, **kw))
+
+
+def replay_layers(frame: pd.DataFrame, lanes: tuple[str, ...], *, title: str,
+                  xlim: tuple[float, float], highlight: tuple[float, float] | None = None
+                  ) -> tf.Plot:
+    """One side's timeline; the same layers in the same order whatever the data:
     ``highlight`` (the selected incident's instant), ``intervals``, ``marks``."""
     top, bottom = 0.5, -len(lanes) + 0.5
-    fig = tf.time_figure(height=style.lane_plot_height(len(lanes)) + 24,  # and the title
-                         xlim=xlim, ylim=(bottom, top), xlabel=TIME_LABEL)
-    fig.title.text = title
-    fig.title.text_font_size = "10pt"
-    fig.ygrid.grid_line_alpha = 0.0
     ticks = [-float(i) + 0.0 for i in range(len(lanes))]
-    fig.yaxis.ticker = FixedTicker(ticks=ticks)
-    fig.yaxis.major_label_overrides = {t: short_label(lane) for t, lane in zip(ticks, lanes)}
     n = 1 if highlight else 0
     hl = pd.DataFrame({"t_replay": [highlight[0]] * n if n else [], "y": [bottom] * n,
                        "t_end": [highlight[1]] * n if n else [], "y_top": [top] * n},
                       dtype="float64")
-    fig.quad(left="t_replay", right="t_end", bottom="y", top="y_top", source=tf.source(hl),
-             color=style.INCIDENT_SPAN, alpha=0.25, line_alpha=0, name="highlight")
-    bars = fig.quad(left="t_replay", right="t_end", bottom="y", top="y_top",
-                    source=tf.source(replay_rects(frame, lanes, end_s=xlim[1])),
-                    fill_color=field("color"), line_color="white", line_width=0.5,
-                    name="intervals")
-    tf.hover(fig, bars, TOOLTIPS, follow_mouse=True)
-    marks = fig.scatter(x="t_replay", y="y", source=tf.source(replay_marks(frame, lanes)),
-                        marker=field("marker"), size=field("size"), fill_color=field("fill"),
-                        line_color=field("line"), line_width=field("line_width"), name="marks")
-    tf.hover(fig, marks, MARK_TOOLTIPS)
-    return fig
+    quad = dict(left="t_replay", right="t_end", bottom="y", top="y_top")
+    return tf.Plot(
+        height=style.lane_plot_height(len(lanes)) + 24,  # and the title
+        xlim=xlim, ylim=(bottom, top), xlabel=TIME_LABEL, title=title,
+        lanes=[(t, short_label(lane)) for t, lane in zip(ticks, lanes)], layers=[
+            tf.Layer("highlight", "quad", tf.columns(hl),
+                     dict(quad, color=style.INCIDENT_SPAN, alpha=0.25, line_alpha=0)),
+            tf.Layer("intervals", "quad", tf.columns(replay_rects(frame, lanes, end_s=xlim[1])),
+                     dict(quad, fill_color=field("color"), line_color="white", line_width=0.5),
+                     TOOLTIPS, follow_mouse=True),
+            tf.Layer("marks", "scatter", tf.columns(replay_marks(frame, lanes)),
+                     dict(x="t_replay", y="y", marker=field("marker"), size=field("size"),
+                          fill_color=field("fill"), line_color=field("line"),
+                          line_width=field("line_width")), MARK_TOOLTIPS)])
 
 
 REPLAY_KEY = [("try committed", "■", style.ROLLOUT_RUNNING), ("failed", "■", style.ERROR),

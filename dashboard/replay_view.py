@@ -159,12 +159,12 @@ class Replay(TimeView):
 
     def before_figure(self):
         xlim, hl = self._focus()
-        return rp.replay_timeline(self._before, self._lanes,
+        return rp.replay_layers(self._before, self._lanes,
                                   title=f"before: {self.data.run_id}", xlim=xlim, highlight=hl)
 
     def after_figure(self):
         xlim, hl = self._focus()
-        return rp.replay_timeline(self._after, self._lanes, title=f"after: {self.after_run}",
+        return rp.replay_layers(self._after, self._lanes, title=f"after: {self.after_run}",
                                   xlim=xlim, highlight=hl)
 
     def plots(self) -> list:

@@ -88,18 +88,18 @@ class Timeline(TimeView):
         if inc is not None:
             end = inc["end_ns"] if pd.notna(inc["end_ns"]) else now
             highlight = ((inc["start_ns"] - t0) / S, (end - t0) / S)
-        return tf.lane_plot(frames, t0_ns=t0, now_ns=now, xlim=self.xlim(),
+        return tf.lane_layers(frames, t0_ns=t0, now_ns=now, xlim=self.xlim(),
                             highlight=highlight)
 
     def gauge_figure(self):
         d = self.data
         g, self._sampled = d.rollout_gauges()
-        return tf.rollout_gauges(g, xlim=self.xlim(), committed_label=committed_label(d))
+        return tf.gauge_layers(g, xlim=self.xlim(), committed_label=committed_label(d))
 
     def serving_figure(self):
         d = self.data
         t0, now = d.origin_ns(), d.last_seen_ns()
-        return tf.serving_plot(d.frames["shard_states"], t0_ns=t0, now_ns=now,
+        return tf.serving_layers(d.frames["shard_states"], t0_ns=t0, now_ns=now,
                                xlim=self.xlim(),
                                router=plots.router_samples(d.frames["serving_samples"], t0),
                                fleet=plots.fleet_samples(d.frames["serving_samples"], t0))
@@ -237,13 +237,13 @@ class Fleet(TimeView):
     def lane_figure(self):
         d = self.data
         frames = self._frames(keep=("checkpoint_windows", "shard_states"))
-        return tf.lane_plot(frames, t0_ns=d.origin_ns(), now_ns=d.last_seen_ns(),
+        return tf.lane_layers(frames, t0_ns=d.origin_ns(), now_ns=d.last_seen_ns(),
                             xlim=self.xlim(d.whole_run()), markers=False)
 
     def serving_figure(self):
         d = self.data
         t0 = d.origin_ns()
-        return tf.serving_plot(d.frames["shard_states"], t0_ns=t0, now_ns=d.last_seen_ns(),
+        return tf.serving_layers(d.frames["shard_states"], t0_ns=t0, now_ns=d.last_seen_ns(),
                                router=plots.router_samples(d.frames["serving_samples"], t0),
                                fleet=plots.fleet_samples(d.frames["serving_samples"], t0),
                                xlim=self.xlim(d.whole_run()))

@@ -178,7 +178,7 @@ class _PlotSet:
     """The figures of one rendering of a view, on one x range, and what they last drew."""
 
     x_range: Range1d
-    figures: list[tuple[Callable[[], figure], figure]]  # (its builder, the figure shown)
+    figures: list[tuple[Callable[[], tf.Plot], figure]]  # (its builder, the figure shown)
     mark: tuple
 
 
@@ -188,10 +188,11 @@ class TimeView(View):
     Its plots (``time_plots``) are Bokeh figures on one ``Range1d``: a zoom or pan on one moves
     the others in the browser and becomes the DataStore's range; a range set anywhere else
     (another tab, an incident picked, "Whole run", a link) redraws this view's plots now if it
-    is on screen, else when it is next shown (``view_range``). A redraw builds each figure
-    afresh and moves its data onto the one on screen (``time_figures.redraw``), once per change
-    of what it draws: the DataStore's version, the range, and the choices named in
-    ``CHOICES`` (the DataStore's parameters the plots read)."""
+    is on screen, else when it is next shown (``view_range``). Its builders return plots as
+    data (``time_figures.Plot``); the first is rendered as figures, and a redraw moves a fresh
+    plot's data onto the figure on screen (``time_figures.redraw``), once per change of what it
+    draws: the DataStore's version, the range, and the choices named in ``CHOICES`` (the
+    DataStore's parameters the plots read)."""
 
     CHOICES: tuple[str, ...] = ()
     view_range = param.Integer(default=0, doc="bumped when the time range moved elsewhere")
@@ -238,10 +239,10 @@ class TimeView(View):
     def _draw_mark(self) -> tuple:
         return (self.revision, self.view_range, *(getattr(self.data, c) for c in self.CHOICES))
 
-    def time_plots(self, *builders: Callable[[], figure]) -> list[pn.pane.Bokeh]:
-        """A page-wide pane for the figure each of ``builders`` makes, every one on the same
-        x range (the first figure's), watched for the user's zooms and pans."""
-        figures = [build() for build in builders]
+    def time_plots(self, *builders: Callable[[], tf.Plot]) -> list[pn.pane.Bokeh]:
+        """A page-wide pane for the plot each of ``builders`` makes, every one on the same
+        x range (the first plot's), watched for the user's zooms and pans."""
+        figures = [tf.render(build()) for build in builders]
         rng = Range1d(figures[0].x_range.start, figures[0].x_range.end, name="x")
         for fig in figures:
             fig.x_range = rng
@@ -267,7 +268,7 @@ class TimeView(View):
                 tf.redraw(shown, new)
             self._setting_range = True
             try:
-                plots.x_range.update(start=fresh[0].x_range.start, end=fresh[0].x_range.end)
+                plots.x_range.update(start=fresh[0].xlim[0], end=fresh[0].xlim[1])
             finally:
                 self._setting_range = False
             self._shown_range = (plots.x_range.start, plots.x_range.end)

@@ -64,7 +64,7 @@ def test_every_kind_draws_the_incident_and_what_its_summary_talks_about(zoo, zoo
     assert ev <= drawn | marked, sorted(ev - drawn - marked)
     assert "outside the model views" not in detail.story().object
     # the plot shows the incident: its start is inside the x range
-    xlim = (plot.x_range.start, plot.x_range.end)
+    xlim = plot.xlim
     start = (int(inc["start_ns"]) - data.origin_ns()) / 1e9
     assert xlim[0] <= start <= xlim[1]
 

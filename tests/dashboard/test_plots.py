@@ -235,16 +235,17 @@ class TestLanePlot:
                   and t.renderers[0].name == "bars"]
         assert bars.tooltips == tl.RECT_TOOLTIPS  # the span's name, times, state, details
 
-    def test_a_redraw_moves_the_fresh_figure_s_rows_onto_the_shown_one(self, p1_frames):
+    def test_a_redraw_moves_a_fresh_plot_s_rows_onto_the_shown_figure(self, p1_frames):
         shown = tf.lane_plot(p1_frames, t0_ns=T0, now_ns=ns(400))
         fewer = tl.TimelineFrames(**{f: getattr(p1_frames, f) for f in (
             "checkpoint_windows", "checkpoint_ops", "shard_states", "parked_intervals",
             "deadlines", "completions", "incidents")},
             rollout_attempts=p1_frames.rollout_attempts.iloc[:1], rollout_ids=("r-7",))
-        fresh = tf.lane_plot(fewer, t0_ns=T0, now_ns=ns(500), xlim=(1.0, 2.0))
+        plot = tf.lane_layers(fewer, t0_ns=T0, now_ns=ns(500), xlim=(1.0, 2.0))
+        fresh = tf.render(plot)
         models = [r.data_source for r in shown.renderers]
         x_range = (shown.x_range.start, shown.x_range.end)
-        tf.redraw(shown, fresh)
+        tf.redraw(shown, plot)
         assert [r.data_source for r in shown.renderers] == models  # the same models
         for name in ("shade", "bars", "marks"):
             pd.testing.assert_frame_equal(tf.layer(shown, name), tf.layer(fresh, name))
@@ -318,11 +319,11 @@ class TestGauges:
             [0.0, 1.0], [10.0, 1.0], [10.0, 3.0], [20.0, 3.0], [20.0, 0.0]]
         assert tf.layer(fig, "committed").committed.tolist() == [0.0, 0.0, 0.0, 0.0, 4.0]
         [committed] = [r for r in fig.renderers if r.name == "committed"]
-        assert committed.y_range_name == "committed"
-        assert fig.extra_y_ranges["committed"].end == pytest.approx(4.0 * 1.15)
+        assert committed.y_range_name == "right"
+        assert fig.extra_y_ranges["right"].end == pytest.approx(4.0 * 1.15)
         assert fig.y_range.end == pytest.approx(3.0 * 1.15)
         [right] = [a for a in fig.right if isinstance(a, LinearAxis)]
-        assert (right.y_range_name, right.axis_label) == ("committed", "finished so far")
+        assert (right.y_range_name, right.axis_label) == ("right", "finished so far")
         assert tf.layer(fig, "marks")[["t", "what"]].values.tolist() == [
             [15.0, "the watchdog's stall line"]]
         tips = {t.renderers[0].name: dict(t.tooltips) for t in fig.tools
