@@ -13,7 +13,7 @@ means above them, so nothing covers the data and linked plots keep one frame wid
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -56,6 +56,9 @@ class TimelineFrames:
     evidence: frozenset[str] = field(default_factory=frozenset)  # span ids to outline
     spans: pd.DataFrame = field(default_factory=lambda: _empty_frame(SPAN_COLUMNS))
     events: pd.DataFrame = field(default_factory=lambda: _empty_frame(EVENT_COLUMNS))
+    # ``bar_texts`` of some frames, made earlier for these very frames (a view keeps them per
+    # frame version); any frame not here has its text made when drawn
+    bar_texts: Mapping[str, dict] = field(default_factory=dict)
 
     # the plot and the key above it both ask for the lanes and the instants: made once
     @cached_property
@@ -269,81 +272,94 @@ def _colors(values: pd.Series, palette: dict[str, str], default: str = style.NEU
     return _text(values).map(palette).fillna(default)
 
 
+BAR_FRAMES = ("spans", "checkpoint_windows", "checkpoint_ops", "shard_states",
+              "rollout_attempts", "parked_intervals")  # the frames drawn as bars, bottom up
+
+
 def interval_rects(frames: TimelineFrames, lanes: Lanes, t0_ns: int,
                    now_ns: int) -> pd.DataFrame:
     """One row per bar on the lane plot; ``end_s`` is the text 'open' for open intervals."""
-    parts: list[pd.DataFrame | None] = []
-    add = parts.append
-    ids = (lambda df: _text(df.span_id) if "span_id" in df else  # noqa: E731
-           pd.Series([""] * len(df), index=df.index))
-    sp = frames.spans
-    if len(sp):
-        status = _text(sp.status)
-        add(_block(sp, lanes, t0_ns, now_ns, lane=_text(sp.lane),
-                   color=status.map({"ERROR": style.ERROR, "incident": style.INCIDENT_SPAN})
-                   .fillna(style.INFO).where(sp.end_ns.notna() | (status == "incident"),
-                                             style.OPEN),
-                   what=_text(sp.name), detail=_text(sp.detail), span=_text(sp.name),
-                   span_id=_text(sp.span_id)))
-    w = frames.checkpoint_windows
-    if len(w):
-        ck = _text(w.checkpoint_id)
-        add(_block(w, lanes, t0_ns, now_ns, lane=pd.Series("checkpoint windows", index=w.index),
-                   color=_colors(w.outcome, style.OUTCOME_COLORS), what="checkpoint " + ck,
-                   detail="window " + _text(w.outcome),
-                   span="admission closed → reopened", span_id="window:" + ck))
-    ops = frames.checkpoint_ops
-    if len(ops):
-        outcome = _text(ops.outcome)
-        detail = outcome.replace("", "running")
-        code = _text(ops.code)
-        detail = detail.where(code == "", detail + " (" + code + ")")
-        blockers = pd.to_numeric(ops.blockers, errors="coerce").fillna(0)
-        detail = detail.where(blockers <= 0, detail + ", " + _ints(ops.blockers) + " blockers")
-        op = _text(ops.op)
-        span = ("gym.checkpoint." + op).where(
-            ops.participant_kind != "controller", SpanName.CK_COORDINATE_PREFIX + op)
-        add(_block(ops, lanes, t0_ns, now_ns,
-                   lane=_participant_labels(ops.participant_kind, ops.instance),
-                   color=_colors(outcome.replace("", "open"), style.OUTCOME_COLORS),
-                   what=op + " " + _text(ops.checkpoint_id), detail=detail, span=span,
-                   span_id=ids(ops)))
-    sh = frames.shard_states
-    if len(sh):
-        trig = _text(sh.trigger).replace("", "-")
-        err = _text(sh.last_error)
-        detail = "trigger " + trig + ", epoch " + _ints(sh.membership_epoch)
-        detail = detail.where(err == "", detail + ", error " + err)
-        add(_block(sh, lanes, t0_ns, now_ns, lane="shard " + _ints(sh.shard_idx),
-                   color=_colors(sh.state, style.SHARD_COLORS), what=_text(sh.state),
-                   detail=detail, span=SpanName.SHARD_STATE, span_id=ids(sh)))
-    att = frames.rollout_attempts
-    if len(att):
-        outcome = _text(att.outcome)
-        gym = (att.dialect == "gym") if "dialect" in att else pd.Series(False, index=att.index)
-        reason = _text(att.failure_class) + ": " + _text(att.failure_reason)
-        group = _text(att.group_id)
-        detail = reason.where(att.failure_class.notna(), ("group " + group).where(group != "", ""))
-        add(_block(att, lanes, t0_ns, now_ns, lane=_attempt_labels(att),
-                   color=_colors(outcome, style.OUTCOME_COLORS).where(
-                       ~outcome.isin(["open", "committed", "finished"]), style.ROLLOUT_RUNNING),
-                   what=("try " + _ints(att.attempt) + " " + outcome).where(
-                       ~gym, "Gym rollout " + _text(att.get("capture_key", att.rollout_id))
-                       + " " + outcome),
-                   detail=detail,
-                   span=pd.Series(SpanName.RL_ATTEMPT, index=att.index).where(
-                       ~gym, SpanName.GYM_ROLLOUT), span_id=ids(att)))
-    pk = frames.parked_intervals
-    if len(pk):  # parked bars sit inside the try's bar, which stays visible
-        add(_block(pk, lanes, t0_ns, now_ns, lane=_rollout_labels(pk.rollout_id, pk.attempt),
-                   color=style.PARKED, what="try " + _ints(pk.attempt) + " parked",
-                   detail="by checkpoint " + _text(pk.checkpoint_id), span=SpanName.AGENT_PARKED,
-                   span_id=ids(pk), half=HALF / 2))
+    parts = []
+    for name in BAR_FRAMES:
+        df = getattr(frames, name)
+        if len(df):
+            texts = frames.bar_texts.get(name) or bar_texts(name, df)
+            # parked bars sit inside the try's bar, which stays visible
+            half = HALF / 2 if name == "parked_intervals" else HALF
+            parts.append(_block(df, lanes, t0_ns, now_ns, half=half, **texts))
     parts = [p for p in parts if p is not None]
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype="float64" if c[0] in "xy" else "object")
                              for c in RECT_COLUMNS})
     return pd.concat(parts, ignore_index=True)
+
+
+def bar_texts(name: str, df: pd.DataFrame) -> dict[str, object]:
+    """The text of the bars of frame ``name`` (one of ``BAR_FRAMES``), row by row: ``lane``,
+    ``color``, ``what``, ``detail``, ``span`` and ``span_id`` (a Series aligned with ``df``, or
+    one value for all). It depends on the frame alone (not on the lanes, the time axis or now),
+    so a view remembers it per frame version (``TimelineFrames.bar_texts``): a live tick's
+    redraw remakes only the text of frames that changed."""
+    ids = (lambda df: _text(df.span_id) if "span_id" in df else  # noqa: E731
+           pd.Series([""] * len(df), index=df.index))
+    if name == "spans":
+        status = _text(df.status)
+        return dict(lane=_text(df.lane),
+                    color=status.map({"ERROR": style.ERROR, "incident": style.INCIDENT_SPAN})
+                    .fillna(style.INFO).where(df.end_ns.notna() | (status == "incident"),
+                                              style.OPEN),
+                    what=_text(df.name), detail=_text(df.detail), span=_text(df.name),
+                    span_id=_text(df.span_id))
+    if name == "checkpoint_windows":
+        ck = _text(df.checkpoint_id)
+        return dict(lane=pd.Series("checkpoint windows", index=df.index),
+                    color=_colors(df.outcome, style.OUTCOME_COLORS), what="checkpoint " + ck,
+                    detail="window " + _text(df.outcome),
+                    span="admission closed → reopened", span_id="window:" + ck)
+    if name == "checkpoint_ops":
+        outcome = _text(df.outcome)
+        detail = outcome.replace("", "running")
+        code = _text(df.code)
+        detail = detail.where(code == "", detail + " (" + code + ")")
+        blockers = pd.to_numeric(df.blockers, errors="coerce").fillna(0)
+        detail = detail.where(blockers <= 0, detail + ", " + _ints(df.blockers) + " blockers")
+        op = _text(df.op)
+        span = ("gym.checkpoint." + op).where(
+            df.participant_kind != "controller", SpanName.CK_COORDINATE_PREFIX + op)
+        return dict(lane=_participant_labels(df.participant_kind, df.instance),
+                    color=_colors(outcome.replace("", "open"), style.OUTCOME_COLORS),
+                    what=op + " " + _text(df.checkpoint_id), detail=detail, span=span,
+                    span_id=ids(df))
+    if name == "shard_states":
+        trig = _text(df.trigger).replace("", "-")
+        err = _text(df.last_error)
+        detail = "trigger " + trig + ", epoch " + _ints(df.membership_epoch)
+        detail = detail.where(err == "", detail + ", error " + err)
+        return dict(lane="shard " + _ints(df.shard_idx),
+                    color=_colors(df.state, style.SHARD_COLORS), what=_text(df.state),
+                    detail=detail, span=SpanName.SHARD_STATE, span_id=ids(df))
+    if name == "rollout_attempts":
+        outcome = _text(df.outcome)
+        gym = (df.dialect == "gym") if "dialect" in df else pd.Series(False, index=df.index)
+        reason = _text(df.failure_class) + ": " + _text(df.failure_reason)
+        group = _text(df.group_id)
+        detail = reason.where(df.failure_class.notna(),
+                              ("group " + group).where(group != "", ""))
+        return dict(lane=_attempt_labels(df),
+                    color=_colors(outcome, style.OUTCOME_COLORS).where(
+                        ~outcome.isin(["open", "committed", "finished"]), style.ROLLOUT_RUNNING),
+                    what=("try " + _ints(df.attempt) + " " + outcome).where(
+                        ~gym, "Gym rollout " + _text(df.get("capture_key", df.rollout_id))
+                        + " " + outcome),
+                    detail=detail,
+                    span=pd.Series(SpanName.RL_ATTEMPT, index=df.index).where(
+                        ~gym, SpanName.GYM_ROLLOUT), span_id=ids(df))
+    if name == "parked_intervals":
+        return dict(lane=_rollout_labels(df.rollout_id, df.attempt), color=style.PARKED,
+                    what="try " + _ints(df.attempt) + " parked",
+                    detail="by checkpoint " + _text(df.checkpoint_id),
+                    span=SpanName.AGENT_PARKED, span_id=ids(df))
+    raise ValueError(f"no bars are drawn for frame {name!r}; bars come from {BAR_FRAMES}")
 
 
 def instants(frames: TimelineFrames, lanes: Lanes, t0_ns: int) -> dict[str, pd.DataFrame]:

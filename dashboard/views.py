@@ -167,7 +167,14 @@ class View(pn.viewable.Viewer):
         ids = set(map(str, rollout_ids))
         for name in ("rollout_attempts", "parked_intervals", "deadlines", "completions"):
             sub[name] = self.data.rows_of_rollouts(name, ids) if name in kept else sub[name]
-        return tl.TimelineFrames(**sub, rollout_ids=tuple(rollout_ids), evidence=evidence)
+        # the bars' text of the frames drawn whole, once per frame version: a live tick that
+        # brings new tries redraws the lanes without remaking every shard's and operation's
+        texts = {name: self.data.derived(("bar_texts", name), (name,),
+                                         lambda name=name: tl.bar_texts(name, f[name]))
+                 for name in ("checkpoint_windows", "checkpoint_ops", "shard_states")
+                 if name in kept and len(f[name])}
+        return tl.TimelineFrames(**sub, rollout_ids=tuple(rollout_ids), evidence=evidence,
+                                 bar_texts=texts)
 
     def _t0(self) -> int:
         return self.data.origin_ns()

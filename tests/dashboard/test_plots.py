@@ -3,6 +3,8 @@ elements (the rest) out."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import holoviews as hv
 import numpy as np
 import pandas as pd
@@ -105,6 +107,21 @@ class TestLanePlot:
         assert (try1.x0, try1.x1, try1.end_s) == (182.0, 400.0, "open")
         shard0 = rects[rects.lane == "shard 0"].iloc[0]
         assert (shard0.x1, shard0.end_s) == (400.0, "open")
+
+    def test_bar_texts_made_earlier_draw_the_same_bars(self, p1_frames):
+        # a view hands over the text of unchanged frames (per frame version); the bars drawn
+        # with it are those drawn from the frames, and a stale text would show
+        lanes = tl.lanes_for(p1_frames)
+        fresh = tl.interval_rects(p1_frames, lanes, T0, ns(400))
+        texts = {name: tl.bar_texts(name, getattr(p1_frames, name))
+                 for name in ("checkpoint_windows", "checkpoint_ops", "shard_states")}
+        given = tl.interval_rects(dataclasses.replace(p1_frames, bar_texts=texts), lanes, T0,
+                                  ns(400))
+        pd.testing.assert_frame_equal(given, fresh)
+        stale = dict(texts, shard_states=dict(texts["shard_states"], what="stale"))
+        drawn = tl.interval_rects(dataclasses.replace(p1_frames, bar_texts=stale), lanes, T0,
+                                  ns(400))
+        assert set(drawn[drawn.lane == "shard 0"].what) == {"stale"}
 
     def test_a_parked_bar_sits_inside_its_try_bar(self, p1_frames):
         rects = tl.interval_rects(p1_frames, tl.lanes_for(p1_frames), T0, ns(400))
