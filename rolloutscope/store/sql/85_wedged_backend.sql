@@ -46,14 +46,21 @@ http_failures AS (
            max(coalesce(end_ns, start_ns)) AS last_ns, list(span_id ORDER BY start_ns)[1:5]
                AS sample_ids
     FROM http_requests
-    -- a 5xx, or no answer at all; a model endpoint's URL names its target
-    WHERE coalesce(http_status >= 500, outcome = 'error') AND model_endpoint AND NOT internal
+    -- a 5xx, or no answer at all; a model endpoint's URL names its target. The status alone is
+    -- tested first: DuckDB tests it as it reads the spans, so the rest (outcome reads the
+    -- attributes JSON) reads only the requests it keeps (a few thousand of 656k at 10M spans)
+    WHERE (http_status >= 500 OR http_status IS NULL)
+      AND coalesce(http_status >= 500, outcome = 'error') AND model_endpoint AND NOT internal
     GROUP BY run_id, target
 ),
 probes AS (
     SELECT run_id, target, start_ns, outcome
     FROM http_requests
-    WHERE probe
+    -- a liveness route's path is part of its URL: testing the URL for one first, DuckDB reads
+    -- the method (from the attributes JSON) of those requests alone, not of every request
+    WHERE (url LIKE '%/health%' OR url LIKE '%/ping%' OR url LIKE '%/ready%'
+           OR url LIKE '%/live%' OR url LIKE '%/v1/models%')
+      AND probe
 ),
 http_probed AS (
     SELECT f.*,
