@@ -180,18 +180,16 @@ def protocol_error(body: Any) -> tuple[str, str | None] | None:
 def request_attributes(body: Any) -> dict[str, Any]:
     """``CheckpointRequest`` and its kin: the id, the deadline, the scope
     (docs/domain/checkpoint-protocol.md#participants-and-phases)."""
-    if not _is_mapping(body):
+    if type(body) is not dict and not _is_mapping(body):
         return {}
     attrs: dict[str, Any] = {}
     get = body.get
     ck = get("checkpoint_id")
-    if ck is not None:
-        ck = _text(ck)
-        if ck is not None:
-            attrs[Attr.CHECKPOINT_ID] = ck
+    if isinstance(ck, str) and ck:  # _text, read inline: every request names its checkpoint
+        attrs[Attr.CHECKPOINT_ID] = ck[:MAX_ID_CHARS]
     deadline = get("deadline_ts")
     if deadline is not None:
-        deadline = _number(deadline)
+        deadline = deadline if type(deadline) is float else _number(deadline)
         if deadline is not None:
             attrs[Attr.CK_DEADLINE_TS] = deadline
     # most requests name no episodes, rollouts or attempt: one set test says so
@@ -284,13 +282,15 @@ def reply_attributes(body: Any) -> dict[str, Any]:
     ``{state, ready_to_commit, running, parked_*, completed_unacknowledged,
     blocking_attempts[]}`` at the top level.
     """
-    if not _is_mapping(body):
+    if type(body) is not dict and not _is_mapping(body):
         return {}
     attrs: dict[str, Any] = {}
     keys = body.keys()
-    if not keys.isdisjoint(_REPLY_KEYS):
-        for key, attr, read in _REPLY_FIELDS:
-            if key in body and attr not in attrs:
+    fields = keys & _REPLY_KEYS  # read in the order of _REPLY_FIELDS, only those it has
+    if fields:
+        for key in sorted(fields, key=_REPLY_ORDER.__getitem__) if len(fields) > 1 else fields:
+            attr, read = _REPLY_FIELD[key]
+            if attr not in attrs:
                 value = read(body[key])
                 if value is not None:
                     attrs[attr] = value
@@ -313,6 +313,8 @@ def reply_attributes(body: Any) -> dict[str, Any]:
 
 
 _REPLY_KEYS = frozenset(key for key, _, _ in _REPLY_FIELDS)
+_REPLY_FIELD = {key: (attr, read) for key, attr, read in _REPLY_FIELDS}  # one entry per key
+_REPLY_ORDER = {key: at for at, (key, _, _) in enumerate(_REPLY_FIELDS)}
 # what the rest of ``reply_attributes`` reads at the top level of a reply
 _NESTED_KEYS = frozenset(("report", "ready_to_commit", "blocking_attempts", *_COUNT_KEYS))
 

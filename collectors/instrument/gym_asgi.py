@@ -52,6 +52,7 @@ from rolloutscope.collectors.exporter import emit_open_marker
 from rolloutscope.collectors.instrument.checkpoint_routes import (
     ACKNOWLEDGE_OP,
     CONTROL_PREFIX,
+    CONTROL_ROUTES,
     PROTOCOL_CODES,
     ROLLOUT_PREFIX,
     ControlRoute,
@@ -84,6 +85,7 @@ TRACER_NAME = "rolloutscope.instrument.gym"
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 _SHARED_PREFIX = "/ng-"  # the one test every request pays
 _TRACE_HEADERS = frozenset((b"traceparent", b"tracestate"))
+_CONTROL_ROUTE = CONTROL_ROUTES.get  # a path as routed; control_route also takes a trailing /
 
 
 
@@ -91,14 +93,16 @@ ACK_EVENTS_PER_SPAN = 128  # the OTel SDK default OTEL_SPAN_EVENT_COUNT_LIMIT
 _OK, _ERROR = OpOutcome.OK.value, OpOutcome.ERROR.value  # an enum's .value is a descriptor call
 
 class _Body:
-    """A bounded copy of one body; gives up (and frees the copy) past the cap."""
+    """A bounded copy of one body that did not come as one ``bytes`` message (``_kept``); gives
+    up (and frees the copy) past the cap."""
 
     __slots__ = ("limit", "data", "complete", "given_up")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, whole: bytes | None = None) -> None:
         self.limit = limit
-        self.data = bytearray()
-        self.complete = False
+        # a body already kept whole, then followed by more (which the protocol does not do)
+        self.data: bytes | bytearray = bytearray() if whole is None else whole
+        self.complete = whole is not None
         self.given_up = False
 
     def add(self, chunk: bytes, more: bool) -> None:
@@ -123,6 +127,33 @@ class _Body:
             return None
 
 
+# What is kept of a body: nothing yet (None), the whole body as the one ``bytes`` object it came
+# in (nearly every body: no copy, and nothing to change it), or a ``_Body``.
+_Kept = bytes | _Body | None
+
+
+def _kept(kept: _Kept, chunk: Any, more: bool, limit: int) -> bytes | _Body:
+    """What is kept of a body once ``chunk`` is added to ``kept``."""
+    if kept is None and not more and type(chunk) is bytes and len(chunk) <= limit:
+        return chunk
+    if type(kept) is not _Body:
+        kept = _Body(limit, kept)
+    kept.add(chunk, more)
+    return kept
+
+
+def _json(kept: _Kept) -> Any:
+    """The JSON value of a body kept complete and within the cap, else None."""
+    if type(kept) is bytes:
+        if not kept:
+            return None
+        try:
+            return orjson.loads(kept)
+        except orjson.JSONDecodeError:
+            return None
+    return None if kept is None else kept.json()
+
+
 def _is_json(headers: Any, limit: int) -> bool:
     """A response worth copying: JSON, and not announced bigger than the cap."""
     json_type = False
@@ -131,7 +162,9 @@ def _is_json(headers: Any, limit: int) -> bool:
         # a name sent lowercase (as ASGI asks) one comparison
         size = len(name)
         if size == 12 and (name == b"content-type" or name.lower() == b"content-type"):
-            json_type = b"json" in value or b"json" in value.lower()
+            # find, not ``in``: ``b"json" in value`` first tries b"json" as an integer, and
+            # builds and discards a TypeError every time
+            json_type = value.find(b"json") >= 0 or value.lower().find(b"json") >= 0
         elif size == 14 and (name == b"content-length" or name.lower() == b"content-length"):
             try:
                 if int(value) > limit:
@@ -144,12 +177,13 @@ def _is_json(headers: Any, limit: int) -> bool:
 class _Exchange:
     """One observed request/response: status, bounded body copies, when it ended."""
 
-    __slots__ = ("request", "response", "status", "end_ns", "marker", "recorded", "parent",
-                 "span")
+    __slots__ = ("request", "response", "copy_response", "status", "end_ns", "marker",
+                 "recorded", "parent", "span")
 
-    def __init__(self, limit: int, copy_request: bool) -> None:
-        self.request = _Body(limit) if copy_request else None
-        self.response: _Body | None = None
+    def __init__(self) -> None:
+        self.request: _Kept = None  # kept by control routes only
+        self.response: _Kept = None
+        self.copy_response = False  # whether the response body is worth keeping
         self.status: int | None = None
         self.end_ns = 0
         # (route, method, start) of an operation to show open if it is still running
@@ -224,7 +258,9 @@ class GymCheckpointMiddleware:
         path = scope.get("path", "") if scope["type"] == "http" else ""
         if path.startswith(_SHARED_PREFIX):
             if path.startswith(CONTROL_PREFIX):
-                route = control_route(path)
+                route = _CONTROL_ROUTE(path)
+                if route is None and path.endswith("/"):
+                    route = control_route(path)
                 if route is not None:
                     return await self._control(route, scope, receive, send)
             elif path.startswith(ROLLOUT_PREFIX):
@@ -236,7 +272,8 @@ class GymCheckpointMiddleware:
     async def _control(self, route: ControlRoute, scope: Scope, receive: Receive,
                        send: Send) -> None:
         start = self._time_ns()
-        exchange = _Exchange(self._limit, copy_request=True)
+        exchange = _Exchange()
+        limit = self._limit
         # The span is made when the operation ends (or once it has run long enough to be shown
         # open), from the start time and parent read now: one pass of the SDK over its
         # attributes instead of two, and no SDK work before the app sees the request.
@@ -251,18 +288,35 @@ class GymCheckpointMiddleware:
         async def observed_receive() -> Message:
             message = await receive()
             try:
-                self._on_request(exchange, message)
+                if message.get("type") == "http.request":
+                    more = message.get("more_body", False)
+                    exchange.request = _kept(exchange.request, message.get("body", b""), more,
+                                             limit)
+                    if not more and exchange.marker is not None:
+                        self._schedule_marker(exchange)
             except Exception as exc:  # noqa: BLE001 - never raise into the server
                 self.failures.record(exc)
             return message
 
         async def observed_send(message: Message) -> None:
             try:
-                self._on_response(exchange, message, True)
-                if exchange.end_ns:
-                    # recorded before the last chunk leaves: a caller holding the whole reply
-                    # knows its span has ended (and the first byte was never waited on)
-                    self._end_control(route, scope, exchange, start, None)
+                kind = message.get("type")
+                if kind == "http.response.body":
+                    more = message.get("more_body", False)
+                    if exchange.copy_response:
+                        exchange.response = _kept(exchange.response, message.get("body", b""),
+                                                  more, limit)
+                    if not more:
+                        exchange.end_ns = self._time_ns()
+                        if exchange.end_ns:
+                            # recorded before the last chunk leaves: a caller holding the whole
+                            # reply knows its span has ended (and the first byte was never
+                            # waited on)
+                            self._end_control(route, scope, exchange, start, None)
+                elif kind == "http.response.start":
+                    exchange.status = message.get("status")
+                    if _is_json(message.get("headers", ()), limit):
+                        exchange.copy_response, exchange.response = True, None
             except Exception as exc:  # noqa: BLE001
                 self.failures.record(exc)
             await send(message)
@@ -309,32 +363,10 @@ class GymCheckpointMiddleware:
                 carrier[name.decode("latin-1")] = value.decode("latin-1")
         return propagate.extract(carrier) if carrier else current
 
-    def _on_request(self, exchange: _Exchange, message: Message) -> None:
-        if message.get("type") != "http.request" or exchange.request is None:
-            return
-        more = message.get("more_body", False)
-        exchange.request.add(message.get("body", b""), more)
-        if not more and exchange.marker is not None:
-            marker, exchange.marker = exchange.marker, None
-            self._schedule_marker(exchange, marker)
-
-    def _on_response(self, exchange: _Exchange, message: Message, copy: bool) -> None:
-        kind = message.get("type")
-        if kind == "http.response.start":
-            exchange.status = message.get("status")
-            if copy and _is_json(message.get("headers", ()), self._limit):
-                exchange.response = _Body(self._limit)
-        elif kind == "http.response.body":
-            more = message.get("more_body", False)
-            if exchange.response is not None:
-                exchange.response.add(message.get("body", b""), more)
-            if not more:
-                exchange.end_ns = self._time_ns()
-
-    def _schedule_marker(self, exchange: _Exchange,
-                         operation: tuple[ControlRoute, str, int]) -> None:
+    def _schedule_marker(self, exchange: _Exchange) -> None:
         """The request body is in: if the operation is still running OPEN_MARKER_AFTER_S from
         now (a prepare waiting for readiness), show it in the live views."""
+        operation, exchange.marker = exchange.marker, None
         loop = asyncio.get_running_loop()
         markers = self._markers
         if markers is None or markers.loop is not loop:
@@ -347,7 +379,7 @@ class GymCheckpointMiddleware:
         if exchange.recorded:  # ended, though queued on another loop's table
             return
         try:
-            body = exchange.request.json() if exchange.request is not None else None
+            body = _json(exchange.request)
             attrs = self._route_attributes(route, method)
             self._add_identity(attrs, route)
             attrs.update(request_attributes(body))
@@ -369,8 +401,8 @@ class GymCheckpointMiddleware:
         if markers is not None:
             markers.discard(exchange)
         try:
-            request = exchange.request.json() if exchange.request is not None else None
-            reply = exchange.response.json() if exchange.response is not None else None
+            request = _json(exchange.request)
+            reply = _json(exchange.response)
             parent = exchange.parent
             attrs = request_attributes(request)
             if Attr.CHECKPOINT_ID not in attrs:  # first generation's GET status?checkpoint_id=
@@ -380,7 +412,8 @@ class GymCheckpointMiddleware:
                     attrs[Attr.CHECKPOINT_ID] = query["checkpoint_id"][0][:256]
             learned = reply_attributes(reply)
             if learned:
-                self._learn(learned)
+                if Attr.CK_PARTICIPANT_KIND in learned or Attr.CK_INSTANCE in learned:
+                    self._learn(learned)
                 attrs.update(learned)
             self._add_identity(attrs, route)
             status = exchange.status
@@ -411,13 +444,14 @@ class GymCheckpointMiddleware:
             elif not ok:
                 span.set_status(StatusCode.ERROR, f"HTTP {status}")
             receipts = acknowledged_receipts(request) if ok and route.op == ACKNOWLEDGE_OP \
-                else []
-            for receipt in receipts[:ACK_EVENTS_PER_SPAN]:
-                span.add_event(EventName.AGENT_ACKNOWLEDGED, receipt, timestamp=end)
+                else None
+            if receipts:
+                for receipt in receipts[:ACK_EVENTS_PER_SPAN]:
+                    span.add_event(EventName.AGENT_ACKNOWLEDGED, receipt, timestamp=end)
             span.end(end_time=end)
             # the SDK keeps 128 events a span and drops the rest silently; a batch of up to
             # 4096 receipts continues on zero-length child spans of the same name
-            if len(receipts) > ACK_EVENTS_PER_SPAN:
+            if receipts and len(receipts) > ACK_EVENTS_PER_SPAN:
                 ctx = trace.set_span_in_context(span)
                 for at in range(ACK_EVENTS_PER_SPAN, len(receipts), ACK_EVENTS_PER_SPAN):
                     more = self._tracer.start_span(route.span_name, context=ctx,
@@ -437,18 +471,24 @@ class GymCheckpointMiddleware:
 
     async def _data_plane(self, path: str, scope: Scope, receive: Receive, send: Send) -> None:
         start = self._time_ns()
-        exchange = _Exchange(self._limit, copy_request=False)
+        exchange = _Exchange()
 
         async def observed_send(message: Message) -> None:
             try:
-                if message.get("type") == "http.response.start":
+                kind = message.get("type")
+                if kind == "http.response.start":
                     status = exchange.status = message.get("status")
                     # only an error reply can be a refusal; a 2xx stream is never copied
                     if (isinstance(status, int) and status >= 400
                             and _is_json(message.get("headers", ()), self._limit)):
-                        exchange.response = _Body(self._limit)
-                elif exchange.response is not None:
-                    self._on_response(exchange, message, False)
+                        exchange.copy_response, exchange.response = True, None
+                elif exchange.copy_response:
+                    if kind == "http.response.body":
+                        more = message.get("more_body", False)
+                        exchange.response = _kept(exchange.response, message.get("body", b""),
+                                                  more, self._limit)
+                        if not more:
+                            exchange.end_ns = self._time_ns()
                     if exchange.end_ns:  # recorded before the last chunk of the refusal leaves
                         self._refused_request(path, scope, exchange, start)
             except Exception as exc:  # noqa: BLE001 - never raise into the server
@@ -458,14 +498,14 @@ class GymCheckpointMiddleware:
         try:
             await self.app(scope, receive, observed_send)
         finally:
-            if exchange.response is not None and not exchange.recorded:
+            if exchange.copy_response and not exchange.recorded:
                 self._refused_request(path, scope, exchange, start)
 
     def _refused_request(self, path: str, scope: Scope, exchange: _Exchange,
                          start: int) -> None:
         exchange.recorded = True
         try:
-            error = protocol_error(exchange.response.json())
+            error = protocol_error(_json(exchange.response))
             if error is None or error[0] not in PROTOCOL_CODES:
                 return
             rollout = rollout_attributes(path)
