@@ -27,6 +27,7 @@ import gc
 import heapq
 import itertools
 import threading
+from bisect import insort
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -76,20 +77,28 @@ class Scheduler:
     """The event queue: events run in (time, priority, insertion) order.
 
     A calendar, not one heap: the events due in the current second of virtual time are in a
-    small heap; later ones wait, unsorted, in a list per bucket, and a bucket becomes the
-    heap when the clock reaches it. One heap of everything in flight (18,000 events at
-    ``scale-16k``'s peak, against 1,100 at 1,000 rollouts) makes each pop sift 14 levels of
-    tuples and floats scattered over memory, mostly out of the CPU's caches, so its cost grew
-    with the replay's scale; a bucket holds the tens to hundreds of events of one second
-    whatever the scale. The order is the same: a bucket's events all come before the next
-    bucket's, and within one the heap orders them as before (``test_scheduler`` checks it
-    against one heap).
+    sorted list, run in turn from ``_next`` on; later ones wait, unsorted, in a list per
+    bucket, and a bucket is sorted once when the clock reaches it. One heap of everything in
+    flight (18,000 events at ``scale-16k``'s peak, against 1,100 at 1,000 rollouts) makes each
+    pop sift 14 levels of tuples and floats scattered over memory, mostly out of the CPU's
+    caches, so its cost grew with the replay's scale. A bucket holds one second's events (80
+    on average at ``scale-16k``, 5 at 1,000 rollouts): kept as a heap, each event still cost a
+    sift through it, growing with the scale; sorted in one ``list.sort`` (which compares
+    tuples of floats in C, without a rich comparison each) the bucket's events are then read
+    in order at a fixed cost each. The few scheduled into the current second (a tenth at
+    ``scale-16k``) are inserted in order among the events still to run. The order is the
+    same: a bucket's events all come before the next bucket's, and within one they run in
+    (time, priority, insertion) order as before (``test_scheduler`` checks it against one
+    heap).
     """
 
     def __init__(self, clock: ManualClock | None = None) -> None:
         self.clock = clock or ManualClock()
-        self._heap: list[tuple[float, int, int, Timer]] = []  # the current bucket's events
-        self._bucket = int(self.clock.t)  # the current bucket's index: its events are in _heap
+        # the current bucket's events in order: those before ``_next`` have run (or were
+        # skipped, cancelled); the list goes when the next bucket becomes the current one
+        self._due: list[tuple[float, int, int, Timer]] = []
+        self._next = 0
+        self._bucket = int(self.clock.t)  # the current bucket's index: its events are in _due
         self._later: dict[int, list[tuple[float, int, int, Timer]]] = {}  # later buckets
         self._later_keys: list[int] = []  # a heap of ``_later``'s indices
         self._seq = itertools.count(1)  # insertion order, the last tie-breaker
@@ -112,7 +121,7 @@ class Scheduler:
         entry = (t, priority, next(self._seq), timer)
         bucket = int(t) if t < _LAST_BUCKET else _LAST_BUCKET
         if bucket <= self._bucket:
-            heapq.heappush(self._heap, entry)
+            insort(self._due, entry, lo=self._next)
         else:
             later = self._later.get(bucket)
             if later is None:
@@ -122,39 +131,61 @@ class Scheduler:
                 later.append(entry)
         return timer
 
+    # most events are scheduled ``after`` a duration: it does what ``at(now + dt)`` does in
+    # place, without a second call that passes the arguments on again
     def after(self, dt: float, fn: Callable[..., Any], *args: Any,
               priority: Priority = Priority.WORK) -> Timer:
-        return self.at(self.clock.t + dt, fn, *args, priority=priority)  # dt < 0: now
+        now = self.clock.t
+        t = now + dt
+        if t < now:
+            t = now  # dt < 0: now
+        timer = _new_timer(Timer)
+        timer.fn, timer.args = fn, args
+        entry = (t, priority, next(self._seq), timer)
+        bucket = int(t) if t < _LAST_BUCKET else _LAST_BUCKET
+        if bucket <= self._bucket:
+            insort(self._due, entry, lo=self._next)
+        else:
+            later = self._later.get(bucket)
+            if later is None:
+                self._later[bucket] = [entry]
+                heapq.heappush(self._later_keys, bucket)
+            else:
+                later.append(entry)
+        return timer
 
     def _next_bucket(self) -> list[tuple[float, int, int, Timer]] | None:
-        """Make the next non-empty bucket the current one (the heap is empty); None: none is
-        left."""
+        """Make the next non-empty bucket the current one (every event of the current one has
+        run); None: none is left."""
         if not self._later_keys:
             return None
         self._bucket = heapq.heappop(self._later_keys)
-        heap = self._heap = self._later.pop(self._bucket)
-        heapq.heapify(heap)
-        return heap
+        due = self._due = self._later.pop(self._bucket)
+        due.sort()  # (time, priority, insertion) are never all equal: the timers are not compared
+        self._next = 0
+        return due
 
     def next_time(self) -> float | None:
-        heap: list[tuple[float, int, int, Timer]] | None = self._heap
-        while heap is not None:
-            while heap and heap[0][3].fn is None:
-                heapq.heappop(heap)
-            if heap:
-                return heap[0][0]
-            heap = self._next_bucket()
+        due: list[tuple[float, int, int, Timer]] | None = self._due
+        while due is not None:
+            i, n = self._next, len(due)
+            while i < n and due[i][3].fn is None:
+                i += 1  # cancelled: skipped
+            self._next = i
+            if i < n:
+                return due[i][0]
+            due = self._next_bucket()
         return None
 
     def step(self, horizon: float) -> bool:
         """Run the next event if it is due by ``horizon``; False when none is."""
-        heap: list[tuple[float, int, int, Timer]] | None = self._heap
-        while heap is not None:
-            while heap:
-                t, _, _, timer = heap[0]
+        due: list[tuple[float, int, int, Timer]] | None = self._due
+        while due is not None:
+            while self._next < len(due):
+                t, _, _, timer = due[self._next]
                 if t > horizon or self.stopped:
                     return False
-                heapq.heappop(heap)
+                self._next += 1
                 fn = timer.fn
                 if fn is None:
                     continue
@@ -163,25 +194,29 @@ class Scheduler:
                 fn(*args)
                 self.events_run += 1
                 return True
-            heap = self._next_bucket()
+            due = self._next_bucket()
         return False
 
     def run_until(self, horizon: float) -> None:
         """``step`` until it returns False, without a call per event (the virtual driver's
         loop: a large replay runs hundreds of thousands of events)."""
-        heap, clock, pop = self._heap, self.clock, heapq.heappop
+        due, i, clock = self._due, self._next, self.clock
         ran = 0  # counted here, added to ``events_run`` once
         try:
             while not self.stopped:
-                if not heap:
-                    heap = self._next_bucket()
-                    if heap is None:
+                if i == len(due):
+                    due = self._next_bucket()
+                    if due is None:
                         return
+                    i = 0
                     continue
-                t, _, _, timer = heap[0]
+                t, _, _, timer = due[i]
                 if t > horizon:
                     return
-                pop(heap)
+                # moved on before the event runs: what it schedules into this second is
+                # inserted after it
+                i += 1
+                self._next = i
                 fn = timer.fn
                 if fn is None:
                     continue

@@ -113,32 +113,39 @@ class AgentParticipant(Participant):
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self._executions: dict[ExecutionKey, _Execution] = {}
+        # the executions that may still change, in the same order: not retired, and not
+        # completed and acknowledged. The admission hooks, readiness reports and retires walk
+        # these only, not every execution the run ever started (16,000 at scale-16k, nearly all
+        # finished by its later snapshots)
+        self._live: dict[ExecutionKey, _Execution] = {}
         self._generations: dict[EpisodeId, int] = {}
         self._count: Counter[str] = Counter()
         self.released: list[ExecutionKey] = []  # resumed by the last admission reopening
 
     # -- counters -----------------------------------------------------------------------------
-    def _bucket(self, ex: _Execution) -> str | None:
-        # the members themselves (string enums, equal to their values and hashed alike): an
-        # enum's ``.value`` is a Python-level property, read at every move
-        if ex.state is _PARKED:
-            return ex.parked_state  # type: ignore[return-value]
-        if ex.state is _COMPLETED:
-            return "completed_unacknowledged" if ex.receipt is not None else None
-        if ex.state is _RETIRED:
-            return None
-        return ex.state
-
     def _move(self, ex: _Execution, state: ExecutionState,
               parked: ParkedBoundaryState | None = None) -> None:
-        if ex.state is _RETIRED or (
-                ex.state is _COMPLETED and state is not _COMPLETED):
+        old_state = ex.state
+        if old_state is _RETIRED or (
+                old_state is _COMPLETED and state is not _COMPLETED):
             raise ModelInvariantError(f"{ex.key} is {ex.state}; it cannot become {state}")
-        old = self._bucket(ex)
+        # the counter an execution is in (None: none), before and after the move, worked out
+        # here rather than by a helper called twice: every park, resume and end of a run moves
+        # its execution. The members themselves are the keys (string enums, equal to their
+        # values and hashed alike): an enum's ``.value`` is a Python-level property. A
+        # retired execution is never moved (above), so ``old_state`` is never retired.
+        old = (ex.parked_state if old_state is _PARKED
+               else old_state if old_state is not _COMPLETED
+               else "completed_unacknowledged" if ex.receipt is not None else None)
         if old is not None:
             self._count[old] -= 1
         ex.state, ex.parked_state = state, parked
-        new = self._bucket(ex)
+        if state is _RETIRED:
+            del self._live[ex.key]
+        new = (parked if state is _PARKED
+               else None if state is _RETIRED
+               else state if state is not _COMPLETED
+               else "completed_unacknowledged" if ex.receipt is not None else None)
         if new is not None:
             self._count[new] += 1
 
@@ -160,7 +167,7 @@ class AgentParticipant(Participant):
         gen = self._generations.get(episode, -1) + 1
         self._generations[episode] = gen
         key = ExecutionKey(episode.rollout_id, episode.attempt, gen)
-        ex = self._executions[key] = _Execution(key, episode)
+        ex = self._executions[key] = self._live[key] = _Execution(key, episode)
         self._count[_RUNNING] += 1
         return key
 
@@ -216,6 +223,7 @@ class AgentParticipant(Participant):
                 continue
             self._count["completed_unacknowledged"] -= 1
             ex.receipt = None
+            del self._live[ex.key]
             released += 1
         return released
 
@@ -224,20 +232,20 @@ class AgentParticipant(Participant):
 
     # -- protocol hooks -----------------------------------------------------------------------
     def _on_close_admission(self) -> None:
-        for ex in self._executions.values():
+        for ex in self._live.values():
             if ex.state is _RUNNING:
                 self._move(ex, _PARK_REQUESTED)
 
     def _on_open_admission(self) -> None:
         released = []
-        for ex in self._executions.values():
+        for ex in self._live.values():
             if ex.state in (_PARKED, _PARK_REQUESTED):
                 self._move(ex, _RUNNING)
                 released.append(ex.key)
         self.released = released
 
     def park_requested(self) -> list[ExecutionKey]:
-        return [k for k, ex in self._executions.items()
+        return [k for k, ex in self._live.items()
                 if ex.state is _PARK_REQUESTED]
 
     def counts(self) -> dict[str, int]:
@@ -255,7 +263,7 @@ class AgentParticipant(Participant):
 
     def report(self) -> Report:
         blockers = sorted(
-            ex.capture_key for ex in self._executions.values()
+            ex.capture_key for ex in self._live.values()
             if ex.state in (_RUNNING, _PARK_REQUESTED)
             or ex.parked_state is _WITHOUT_BOUNDARY
             or (ex.state is _COMPLETED and ex.receipt is not None))
@@ -266,7 +274,7 @@ class AgentParticipant(Participant):
         retired, refused = [], []
         receipts: list[CompletionReceipt] = []
         targets = {e.rollout_id for e in episodes}
-        for ex in self._executions.values():
+        for ex in list(self._live.values()):  # a retired one leaves ``_live``
             if ex.key.rollout_id not in targets or not self.is_retired(ex.episode):
                 continue
             if ex.state is _COMPLETED:

@@ -120,7 +120,7 @@ class GenerationPath:
             if timeout is not None:
                 call.timer = after(timeout, self.upstream_failed, call,
                                    TimeoutError(f"no answer in {timeout:g}s"))
-            turn = call.run.row.turns[call.run.turn]
+            turn = call.run.turns[call.run.turn]
             call.pending = gen.submit(call_id=call.run.call_id or "", turn=turn,
                                       shard=engine.idx, captured_s=call.duration_s,
                                       on_done=lambda result, took: self._real_done(call, result,

@@ -183,7 +183,7 @@ class GymSide:
         run.timer = None
         if self._agent.state_of(run.key) is _RETIRED:
             return
-        if run.turn == len(run.row.turns):
+        if run.turn == len(run.turns):
             self._complete(run)
             return
         if not self._agent.record_boundary(run.key):
@@ -192,7 +192,7 @@ class GymSide:
         self._call(run)
 
     def _call(self, run: Run) -> None:
-        turn = run.row.turns[run.turn]
+        turn = run.turns[run.turn]
         run.activity = _MODEL
         call_id = run.call_id = f"{run.call_prefix}{run.turn}"
         decision, code = self._model.request(call_id, run.episode, constrained=turn.constrained)
@@ -209,7 +209,7 @@ class GymSide:
         self._admitted(run)
 
     def _admitted(self, run: Run) -> None:
-        turn = run.row.turns[run.turn]
+        turn = run.turns[run.turn]
         if self._fleet.active:  # generated on a shard; Gym pins stream=false on this path
             run.fleet_call = self._fleet.model_call(run, turn.model_s, self)
             return
@@ -227,7 +227,7 @@ class GymSide:
             run.timer = self._timeline.after(turn.model_s, self._first_chunk, run)
 
     def _first_chunk(self, run: Run) -> None:
-        turn = run.row.turns[run.turn]
+        turn = run.turns[run.turn]
         assert run.call_id is not None
         started = self._model.first_chunk(run.call_id)
         if started and turn.streaming:
@@ -284,7 +284,7 @@ class GymSide:
             return
         if self._resources.begin_tool_call():
             run.activity = _TOOL
-            run.timer = self._timeline.after(run.row.turns[run.turn].tool_s, self._tool_done,
+            run.timer = self._timeline.after(run.turns[run.turn].tool_s, self._tool_done,
                                              run)
         else:
             run.activity = _TOOL_WAIT
@@ -355,7 +355,7 @@ class GymSide:
         for run in waiting:
             if run.activity is _TOOL_WAIT:
                 run.activity = _TOOL
-                run.timer = self._timeline.after(run.row.turns[run.turn].tool_s,
+                run.timer = self._timeline.after(run.turns[run.turn].tool_s,
                                                  self._tool_done, run)
             else:
                 self._resources.end_tool_call()  # admitted on reopen, but its run is gone

@@ -31,7 +31,7 @@ class RunOwner(Protocol):
 
 class Run:
     __slots__ = ("key", "episode", "call_prefix", "owner", "prompt_idx", "row_idx",
-                 "rl_attempt", "row", "turn", "activity", "call_id", "parked", "span",
+                 "rl_attempt", "row", "turns", "turn", "activity", "call_id", "parked", "span",
                  "rollout_span", "parked_span", "timer", "abandoned", "lost_reply", "fault_timer",
                  "fleet_call", "gen_call")
 
@@ -47,7 +47,11 @@ class Run:
         self.row_idx = row_idx
         self.rl_attempt = rl_attempt
         self.row = row
-        self.turn = 0
+        # the row's turns, read at every step of the run: held here, a step reads its turn
+        # without going through the row (one object fewer to fetch, at 16,000 runs mostly
+        # from main memory)
+        self.turns = row.turns
+        self.turn = 0  # the index of the current turn in ``turns``
         self.activity = Activity.SETUP
         self.call_id: str | None = None
         self.parked = False  # parked at a boundary by a snapshot, until the agent releases it
