@@ -64,6 +64,7 @@ def _start_server(model_dir: Path) -> tuple[subprocess.Popen, str] | list[str]:
     # a deadline for a busy machine: loading torch and transformers can take minutes there
     deadline = time.monotonic() + 600
     seen: list[str] = []
+    pending = ""
     while True:  # its own "running on" line says it listens
         left = deadline - time.monotonic()
         if left <= 0:
@@ -72,14 +73,18 @@ def _start_server(model_dir: Path) -> tuple[subprocess.Popen, str] | list[str]:
             pytest.fail("transformers serve did not listen within 600 s:\n"
                         + "".join(seen[-20:]))
         if sel.select(timeout=min(left, 1.0)):
-            line = proc.stdout.readline()
-            if line:
-                seen.append(line)
-                if "Uvicorn running on" in line:
+            # what the pipe holds, read raw: a text readline buffers the lines after the one
+            # it returns, and select() would then wait on an empty pipe for a line already read
+            chunk = os.read(proc.stdout.fileno(), 65536).decode(errors="replace")
+            if chunk:
+                pending += chunk
+                *lines, pending = pending.split("\n")
+                seen.extend(line + "\n" for line in lines)
+                if any("Uvicorn running on" in line for line in lines):
                     return proc, f"http://127.0.0.1:{port}/v1"
                 continue
         if proc.poll() is not None:  # exited: what it wrote last says why
-            seen.extend(proc.stdout.readlines())
+            seen.append(pending + proc.stdout.read())
             proc.stdout.close()
             return seen
 
