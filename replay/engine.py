@@ -131,28 +131,9 @@ class Scheduler:
                 later.append(entry)
         return timer
 
-    # most events are scheduled ``after`` a duration: it does what ``at(now + dt)`` does in
-    # place, without a second call that passes the arguments on again
     def after(self, dt: float, fn: Callable[..., Any], *args: Any,
               priority: Priority = Priority.WORK) -> Timer:
-        now = self.clock.t
-        t = now + dt
-        if t < now:
-            t = now  # dt < 0: now
-        timer = _new_timer(Timer)
-        timer.fn, timer.args = fn, args
-        entry = (t, priority, next(self._seq), timer)
-        bucket = int(t) if t < _LAST_BUCKET else _LAST_BUCKET
-        if bucket <= self._bucket:
-            insort(self._due, entry, lo=self._next)
-        else:
-            later = self._later.get(bucket)
-            if later is None:
-                self._later[bucket] = [entry]
-                heapq.heappush(self._later_keys, bucket)
-            else:
-                later.append(entry)
-        return timer
+        return self.at(self.clock.t + dt, fn, *args, priority=priority)
 
     def _next_bucket(self) -> list[tuple[float, int, int, Timer]] | None:
         """Make the next non-empty bucket the current one (every event of the current one has
