@@ -1,6 +1,6 @@
 """First render of every dashboard view on a synthetic run, against a baseline in the same run.
 
-    .venv/bin/python benchmarks/bench_render.py [--spans 10000000] [--reps 3] [--db RUN.duckdb]
+    .venv/bin/python benchmarks/bench_render.py [--spans 10000000] [--reps 5] [--db RUN.duckdb]
 
 Writes a synthetic run (benchmarks/synthetic.py: ~11 spans per prompt, so 10M spans are ~900k
 prompts with their tries, deadlines, parked intervals and completions) unless ``--db`` names
@@ -13,8 +13,10 @@ of views, ``--reps`` times each, alternating the two:
   (the rollout lanes, the rollouts the incidents name, the lane frames) scan Python objects;
 - now: read through ``RunStore.query_frame``, text kept as Arrow strings.
 
-Prints the median of each, their ratio, the target (0.4 s per view) and the machine's
-``uptime`` load before and after: read ratios on a busy machine, not absolutes.
+Each render starts from a collected heap (``gc.collect()`` first, untimed), as a new session's
+does. Prints the median of each, their ratio, the target (0.4 s per view), the spread of the
+renders now and the machine's load before and after: read ratios on a busy machine, not
+absolutes.
 
 With ``--load-reps N`` it first times the DataStore load itself N times each way (after one
 warm-up load, in turns, the order alternating): baseline, the view rows read through DuckDB's
@@ -25,6 +27,7 @@ now, through ``RunStore.query_frame``, which keeps text as Arrow strings.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import shutil
 import statistics
@@ -64,6 +67,9 @@ def load() -> str:
 def render_ms(data: DataStore, name: str) -> float:
     data._derived.clear()  # a new session's first render derives everything anew
     view = VIEW_CLASSES[name](data)  # the one view: a whole Dashboard builds every tab
+    # collected first: a render is not charged for the garbage of the renders timed before it
+    # (a full collection of it took 150-200 ms, about one render in six)
+    gc.collect()
     t = time.perf_counter()
     pn.panel(view).get_root()
     return (time.perf_counter() - t) * 1e3
@@ -72,7 +78,7 @@ def render_ms(data: DataStore, name: str) -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--spans", type=int, default=10_000_000)
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--db", type=Path, help="an existing run file instead of a synthetic one")
     ap.add_argument("--views", nargs="+", choices=VIEWS, default=list(VIEWS),
                     help="the views to time (default: all)")
@@ -133,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
                     now.append(render_ms(loaded[True], name))
                 b, n = statistics.median(base), statistics.median(now)
                 flag = "ok" if n <= TARGET_MS else "OVER"
-                print(f"{name:<12} {b:>12,.0f} {n:>8,.0f} {n / b:>13.2f}  {flag}", flush=True)
+                print(f"{name:<12} {b:>12,.0f} {n:>8,.0f} {n / b:>13.2f}  {flag}  "
+                      f"(now {min(now):,.0f}-{max(now):,.0f})", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"after: {load()}")

@@ -133,7 +133,11 @@ class IncidentDetail(TimeView):
         d = self.data
         scene = self.scene()
         inc = self.shown_incident()
-        g, _ = d.rollout_gauges()
+        if scene is not None and scene.gauges:
+            g, _ = d.rollout_gauges()
+        else:  # not shown for this incident: drawn empty, made when an incident shows it
+            g, _ = tl.rollout_gauges_frame(d.frames["rollout_attempts"].iloc[:0], t0_ns=0,
+                                           now_ns=0)
         xlim = self.window(inc) if inc is not None else d.whole_run()
         return tf.gauge_layers(g, xlim=xlim, marks=scene.marks if scene is not None else None,
                                  committed_label=committed_label(d))
@@ -141,8 +145,12 @@ class IncidentDetail(TimeView):
     def serving_figure(self):
         d = self.data
         inc = self.shown_incident()
+        scene = self.scene()
         t0 = self._t0()
         xlim = self.window(inc) if inc is not None else d.whole_run()
+        if scene is None or not scene.serving:  # not shown for this incident: drawn empty
+            return tf.serving_layers(d.frames["shard_states"].iloc[:0], t0_ns=t0,
+                                     now_ns=d.last_seen_ns(), xlim=xlim)
         return tf.serving_layers(d.frames["shard_states"], t0_ns=t0, now_ns=d.last_seen_ns(),
                                router=plots.router_samples(d.frames["serving_samples"], t0),
                                fleet=plots.fleet_samples(d.frames["serving_samples"], t0),

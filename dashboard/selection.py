@@ -82,15 +82,16 @@ def integer_lookup(column: tuple[np.ndarray, np.ndarray], wanted) -> np.ndarray 
 
 
 def rows_where(df: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:
-    """``df[mask]``, its index kept. Text columns (Arrow strings in chunks of 65,536 rows) are
-    filtered chunk by chunk: pandas takes the rows of each through one ``take`` that first joins
-    the chunks, ~2 ms a column at 809k tries, so a few rows of the tries cost ~20 ms. A chunk
-    whose rows are all kept is kept as it is and one with none is left out, so dropping a few
-    replaced rows from a live frame copies only the chunks they were in (filtering every chunk
-    of the four large frames took most of a 10M-span tick's second)."""
-    mask = np.asarray(mask, dtype=bool)
-    at = np.flatnonzero(mask)
-    plans: dict[tuple[int, ...], list] = {}  # chunk lengths -> what to do with each chunk
+    """``df[mask]``, its index kept. Text columns (Arrow strings in chunks of 65,536 rows) take
+    their rows chunk by chunk: pandas takes the rows of each through one ``take`` that first
+    joins the chunks, ~2 ms a column at 809k tries, so a few rows of the tries cost ~20 ms; a
+    ``take`` of one chunk's rows is ~7 us for a few rows (a chunk ``filter`` by a mask reads
+    the whole chunk, 2-4 times as long). A chunk whose rows are all kept is kept as it is and
+    one with none is left out, so dropping a few replaced rows from a live frame copies only
+    the chunks they were in (filtering every chunk of the four large frames took most of a
+    10M-span tick's second)."""
+    at = np.flatnonzero(np.asarray(mask, dtype=bool))
+    plans: dict[tuple[int, ...], list] = {}  # chunk lengths -> what to keep of each chunk
     columns = {}
     for c, col in df.items():
         if col.dtype != TEXT:
@@ -99,18 +100,21 @@ def rows_where(df: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:
         chunks = col.array.__arrow_array__()
         lengths = tuple(len(chunk) for chunk in chunks.chunks)
         if lengths not in plans:
-            plans[lengths] = _chunk_plan(mask, lengths)
-        kept = [chunk if how is True else pc.filter(chunk, how)
-                for chunk, how in zip(chunks.chunks, plans[lengths]) if how is not False]
+            plans[lengths] = _chunk_plan(at, lengths)
+        kept = [chunks.chunk(i) if rows is None else chunks.chunk(i).take(rows)
+                for i, rows in plans[lengths]]
         columns[c] = pd.array(pa.chunked_array(kept, type=chunks.type), dtype=TEXT)
     return pd.DataFrame(columns, index=df.index[at])
 
 
-def _chunk_plan(mask: np.ndarray, lengths: tuple[int, ...]) -> list:
-    """For each chunk: True (every row kept), False (none) or the chunk's own mask."""
-    plan, start = [], 0
-    for n in lengths:
-        part = mask[start:start + n]
-        start += n
-        plan.append(True if part.all() else False if not part.any() else pa.array(part))
+def _chunk_plan(at: np.ndarray, lengths: tuple[int, ...]) -> list[tuple[int, pa.Array | None]]:
+    """The chunks that keep rows of the sorted positions ``at``: (chunk, its rows to take, or
+    None where it keeps every row)."""
+    starts = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+    bounds = np.searchsorted(at, starts)  # at[bounds[i]:bounds[i + 1]] lie in chunk i
+    plan = []
+    for i, n in enumerate(lengths):
+        lo, hi = bounds[i], bounds[i + 1]
+        if hi > lo:
+            plan.append((i, None if hi - lo == n else pa.array(at[lo:hi] - starts[i])))
     return plan

@@ -206,6 +206,52 @@ def _attempt_labels(att: pd.DataFrame) -> pd.Series:
     return tries.where(~gym, _text(att.capture_key))
 
 
+def _try_lanes(frames: TimelineFrames) -> list[str]:
+    """One lane per try of ``frames.rollout_ids`` that some rollout frame has a row of: in
+    ``rollout_ids`` order, then by attempt (none first), then as the rows come. Row by row in
+    Python: the lanes drawn are a few hundred rows, where pandas' concat, dedupe and sort took
+    ~15 ms of a first render."""
+    order = {str(r): i for i, r in enumerate(frames.rollout_ids)}
+    if not order:
+        return []
+    rows = []
+    for df in (frames.rollout_attempts, frames.parked_intervals, frames.deadlines,
+               frames.completions):
+        if not len(df) or "rollout_id" not in df:
+            continue
+        n = len(df)
+        rid = df.rollout_id.to_numpy(dtype=object, na_value=None)
+        if "attempt" in df:
+            raw = df.attempt.to_numpy(dtype=object, na_value=None)
+            att = pd.to_numeric(df.attempt, errors="coerce").to_numpy(dtype="float64",
+                                                                       na_value=np.nan)
+        else:
+            raw, att = [None] * n, np.full(n, np.nan)
+        gym = np.zeros(n, dtype=bool)
+        if "dialect" in df and "capture_key" in df:
+            gym = ((df.dialect == "gym") & df.capture_key.notna()).to_numpy(dtype=bool,
+                                                                            na_value=False)
+        keys = df.capture_key.to_numpy(dtype=object, na_value=None) if gym.any() else None
+        for k in range(n):
+            o = order.get(str(rid[k]))
+            if o is None:
+                continue
+            a = att[k]
+            if gym[k]:
+                label = str(keys[k])
+            elif _missing(raw[k]):
+                label = str(rid[k])
+            else:
+                label = f"{rid[k]} try {int(a) if a == a else '-'}"
+            rows.append((o, a if a == a else -1.0, len(rows), label))
+    rows.sort()
+    return [label for *_, label in rows]
+
+
+def _missing(v: object) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float) and v != v)
+
+
 def lanes_for(frames: TimelineFrames) -> Lanes:
     """Context lanes (``frames.spans``) first, then checkpoint windows, participants in protocol
     order, shards, and one lane per rollout try in ``rollout_ids`` order."""
@@ -225,17 +271,7 @@ def lanes_for(frames: TimelineFrames) -> Lanes:
                                                          parts.instance)))
     if len(frames.shard_states):
         labels += [shard_label(i) for i in sorted(frames.shard_states.shard_idx.dropna().unique())]
-    order = {str(r): i for i, r in enumerate(frames.rollout_ids)}
-    cols = ["rollout_id", "attempt", "dialect", "capture_key"]
-    # as objects: a column one frame lacks is all-NA floats, another's Arrow text
-    tries = pd.concat([df.reindex(columns=cols).astype(object) for df in (
-        frames.rollout_attempts, frames.parked_intervals, frames.deadlines, frames.completions)
-        if len(df)] or [pd.DataFrame({c: [] for c in cols})]).drop_duplicates()
-    tries = tries[tries.rollout_id.astype(str).isin(order)]
-    tries = tries.assign(_o=tries.rollout_id.astype(str).map(order),
-                         _a=pd.to_numeric(tries.attempt, errors="coerce").fillna(-1))
-    tries = tries.sort_values(["_o", "_a"])
-    labels += list(_attempt_labels(tries)) if len(tries) else []
+    labels += _try_lanes(frames)
     return Lanes(tuple(dict.fromkeys(labels)))
 
 
@@ -403,9 +439,7 @@ def instants(frames: TimelineFrames, lanes: Lanes, t0_ns: int) -> dict[str, pd.D
     out["event"] = points(_sec(ev.ts_ns, t0_ns) if len(ev) else [],
                           _text(ev.lane) if len(ev) else pd.Series(dtype=object),
                           _text(ev.name) if len(ev) else "", _text(ev.detail) if len(ev) else "")
-    for k, v in out.items():
-        out[k] = v.astype({"x": "float64", "y": "float64"})
-    return {k: out[k] for k in MARKER_STYLE}
+    return {k: out[k] for k in MARKER_STYLE}  # x and y are float64 (``points``)
 
 
 def shaded_periods(incidents: pd.DataFrame, kinds: Iterable[str], t0_ns: int,
@@ -504,19 +538,21 @@ def marker_points(marks: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """Every kind of instant in one frame, each row with its kind's marker, size and colours
     (``MARKER_STYLE``), in the kinds' order, so later kinds draw on top: one layer for all
     instants instead of one per kind (each layer of a plot costs its first render ~30 ms)."""
-    parts = []
+    # column by column in numpy: a frame per kind joined by pandas cost ~5 ms for a few rows
+    numeric = ("x", "y", "size", "line_width")
+    parts: dict[str, list[np.ndarray]] = {c: [] for c in MARK_COLUMNS + MARK_STYLE_COLUMNS}
     for kind, mk in marks.items():
-        st = MARKER_STYLE[kind]
-        parts.append(mk.assign(marker=st["marker"], size=float(st["size"]),
-                               fill=st.get("fill_color", st.get("color")),
-                               line=st.get("line_color", st.get("color")),
-                               line_width=float(st.get("line_width", 1.0))))
-    cols = MARK_COLUMNS + MARK_STYLE_COLUMNS
-    if not parts:
-        return pd.DataFrame({c: pd.Series(dtype="float64" if c in ("x", "y", "size",
-                                                                   "line_width") else "object")
-                             for c in cols})
-    return pd.concat(parts, ignore_index=True)[cols]
+        st, n = MARKER_STYLE[kind], len(mk)
+        for c in MARK_COLUMNS:
+            parts[c].append(mk[c].to_numpy(dtype="float64" if c in numeric else object))
+        for c, v in (("marker", st["marker"]), ("size", float(st["size"])),
+                     ("fill", st.get("fill_color", st.get("color"))),
+                     ("line", st.get("line_color", st.get("color"))),
+                     ("line_width", float(st.get("line_width", 1.0)))):
+            parts[c].append(np.full(n, v, dtype="float64" if c in numeric else object))
+    return pd.DataFrame({c: np.concatenate(v) if v else
+                         np.array([], dtype="float64" if c in numeric else object)
+                         for c, v in parts.items()})
 
 
 # -- what the colours and markers mean, above the plots --------------------------------------
