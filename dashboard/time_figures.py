@@ -31,15 +31,21 @@ from bokeh.models import (
     BoxZoomTool,
     ColumnDataSource,
     FixedTicker,
+    GlyphRenderer,
     HoverTool,
+    Line,
     LinearAxis,
     PanTool,
+    Quad,
     Range1d,
     ResetTool,
     SaveTool,
+    Scatter,
+    Segment,
     WheelZoomTool,
 )
 from bokeh.plotting import figure
+from bokeh.plotting._renderer import pop_visuals
 
 from rolloutscope.dashboard import style
 from rolloutscope.dashboard import timeline_plot as tl
@@ -161,11 +167,30 @@ def render(plot: Plot) -> figure:
                                   axis_label_text_font_size=SMALL,
                                   major_label_text_font_size=SMALL), "right")
     for layer in plot.layers:
-        renderer = getattr(fig, layer.glyph)(source=ColumnDataSource(data=layer.data),
-                                             name=layer.name, **layer.style)
+        renderer = glyph_renderer(layer)
+        fig.renderers.append(renderer)
         if layer.tooltips is not None:
             hover(fig, renderer, layer.tooltips, follow_mouse=layer.follow_mouse)
     return fig
+
+
+GLYPHS = {"quad": Quad, "segment": Segment, "scatter": Scatter, "line": Line}
+RENDERER_ARGS = frozenset({"y_range_name", "x_range_name", "level"})
+
+
+def glyph_renderer(layer: Layer) -> GlyphRenderer:
+    """The renderer of ``layer``, what ``figure.<glyph>(source=..., **style)`` makes, built
+    directly: the glyph methods took half of a layer's construction (~1.3 ms of 2.6 ms),
+    making selection and mute glyphs that BokehJS derives itself when left "auto" (the same
+    look). Its visual properties come from Bokeh's own cascade (``pop_visuals``: ``color``
+    and ``alpha`` for every fill, line and hatch, then the glyph methods' defaults), so the
+    glyph is the one the glyph methods make (checked by a test)."""
+    cls = GLYPHS[layer.glyph]
+    args = dict(layer.style)
+    on_renderer = {k: args.pop(k) for k in RENDERER_ARGS if k in args}
+    visuals = pop_visuals(cls, args)
+    return GlyphRenderer(data_source=ColumnDataSource(data=layer.data),
+                         glyph=cls(**args, **visuals), name=layer.name, **on_renderer)
 
 
 def redraw(shown: figure, plot: Plot) -> None:

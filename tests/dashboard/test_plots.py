@@ -321,6 +321,44 @@ class TestServing:
             tl.SEGMENT_COLUMNS
 
 
+class TestRenderers:
+    def test_each_layer_s_glyph_is_the_one_the_glyph_methods_make(self, p1_frames):
+        """``render`` builds renderers directly; their glyphs must be what ``figure.quad``
+        and the others make of the same style (``color``/``alpha`` shorthands, the glyph
+        methods' default colours), for every layer of every builder."""
+        from bokeh.models import ColumnDataSource, Range1d
+        from bokeh.plotting import figure
+
+        from rolloutscope.dashboard.replay_plot import replay_layers
+
+        g = pd.DataFrame({"t": [0.0, 10.0], "in_flight": [1.0, 0.0], "committed": [0.0, 1.0]})
+        marks = pd.DataFrame({"t": [5.0], "what": ["stall"], "detail": [""]})
+        replay = pd.DataFrame({"lane": ["a", "a"], "kind": ["attempt", "deadline_fired"],
+                               "start_s": [0.0, 0.5], "end_s": [1.0, np.nan],
+                               "outcome": ["committed", ""], "label": ["try 0", "fired"]})
+        plots_made = [
+            tf.lane_layers(p1_frames, t0_ns=T0, now_ns=ns(400), highlight=(1.0, 2.0)),
+            tf.gauge_layers(g, xlim=(0.0, 10.0), marks=marks),
+            tf.serving_layers(p1_frames.shard_states, t0_ns=T0, now_ns=ns(400)),
+            replay_layers(replay, ("a",), title="t", xlim=(0.0, 2.0), highlight=(0.5, 0.6)),
+        ]
+        seen = set()
+        for plot in plots_made:
+            for layer in plot.layers:
+                fig = figure()
+                fig.extra_y_ranges = {"right": Range1d(0, 1)}
+                made = getattr(fig, layer.glyph)(source=ColumnDataSource(data=layer.data),
+                                                 name=layer.name, **layer.style)
+                direct = tf.glyph_renderer(layer)
+                assert type(direct.glyph) is type(made.glyph), layer.name
+                assert (direct.glyph.properties_with_values(include_defaults=True)
+                        == made.glyph.properties_with_values(include_defaults=True)), layer.name
+                assert (direct.name, direct.y_range_name, direct.level) == (
+                    made.name, made.y_range_name, made.level)
+                seen.add(layer.glyph)
+        assert seen == set(tf.GLYPHS)
+
+
 class TestGauges:
     def test_tries_in_flight_and_committed_step_on_their_own_axes_under_the_marks(self):
         g = pd.DataFrame({"t": [0.0, 10.0, 20.0], "in_flight": [1.0, 3.0, 0.0],
