@@ -13,9 +13,10 @@ thresholds) are re-read whole at most every ``INCIDENTS_EVERY`` ticks, and only 
 grew since their last read (a model view changed, or the run's ``last_seen_ns`` moved): the
 incident views run every detector on each read (a few hundred ms on a large run), which a 1.5 s
 tick cannot afford each time, an incident a few seconds late is still news, and a run that
-stopped growing cannot have new incidents. Those re-reads run on a background thread and land
-on the tick after they finish, so a tick never waits on the detectors; only a full reload reads
-them inline. ``frame_versions`` counts changes per frame, so a view redraws only the elements
+stopped growing cannot have new incidents. Those re-reads run on a background thread, started
+once the tick that asks for them has read and redrawn (between ticks, not against them), and
+land on the tick after they finish, so a tick never waits on the detectors; only a full reload
+reads them inline. ``frame_versions`` counts changes per frame, so a view redraws only the elements
 whose frames changed.
 
 A view that a store file predates (``incidents`` and ``run_thresholds`` arrived after the first
@@ -381,8 +382,6 @@ class DataStore(RolloutRows, param.Parameterized):
         if full:
             self._whole = None  # a full read is fresher than anything still in flight
         changed = self._take_whole()
-        if whole_due and not full:
-            self._read_whole_in_background()
         for name, spec in VIEWS.items():
             if not (spec.times or full):
                 continue
@@ -433,7 +432,11 @@ class DataStore(RolloutRows, param.Parameterized):
         self._watermark = self.last_seen_ns()
         self.last_refresh_ms = (time.perf_counter() - t) * 1e3
         if changed or full:
-            self.version += 1
+            self.version += 1  # the views on screen redraw here
+        if whole_due and not full:
+            # once this tick's reads and redraws are done: the whole read takes every core
+            # DuckDB has for ~1 s at 10M spans, and started first it slowed them by a third
+            self._read_whole_in_background()
         return changed
 
     def _read_whole_in_background(self) -> None:
