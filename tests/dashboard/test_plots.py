@@ -569,3 +569,47 @@ def test_values_find_their_instant_on_an_even_grid_as_a_binary_search_does(seed)
     rng.shuffle(values)
     assert _bins(values, at, step=step).tolist() == \
         np.searchsorted(at, values, side="left").tolist()
+
+
+def _try_lanes_by_pandas(frames: tl.TimelineFrames) -> list[str]:
+    """The try lanes as the pandas formulation ``_try_lanes`` replaced made them: the frames'
+    tries joined, deduplicated, kept for the lanes' rollouts and sorted by lane then attempt."""
+    order = {str(r): i for i, r in enumerate(frames.rollout_ids)}
+    cols = ["rollout_id", "attempt", "dialect", "capture_key"]
+    tries = pd.concat([df.reindex(columns=cols).astype(object) for df in (
+        frames.rollout_attempts, frames.parked_intervals, frames.deadlines, frames.completions)
+        if len(df)] or [pd.DataFrame({c: [] for c in cols})]).drop_duplicates()
+    tries = tries[tries.rollout_id.astype(str).isin(order)]
+    tries = tries.assign(_o=tries.rollout_id.astype(str).map(order),
+                         _a=pd.to_numeric(tries.attempt, errors="coerce").fillna(-1))
+    tries = tries.sort_values(["_o", "_a"])
+    return list(dict.fromkeys(tl._attempt_labels(tries))) if len(tries) else []
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_try_lanes_are_the_pandas_formulation_s(seed):
+    """Row by row, the try lanes come out as the joined, deduplicated and sorted frames gave
+    them: RL tries by rollout and attempt, Gym rollouts by the id Gym gave them, missing
+    attempts first, rows of rollouts not drawn left out, on frames that lack columns."""
+    rng = np.random.default_rng(seed)
+    ids = [f"p{i}" for i in range(6)]
+
+    def rows(n, gym_cols):
+        out = {"rollout_id": [ids[i] for i in rng.integers(0, 6, n)],
+               "attempt": pd.array([None if rng.random() < 0.2 else int(v)
+                                    for v in rng.integers(0, 3, n)], dtype="Int64")}
+        if gym_cols:
+            out["dialect"] = [["rl", "gym", None][i] for i in rng.integers(0, 3, n)]
+            out["capture_key"] = [None if rng.random() < 0.3 else f"k{int(v)}"
+                                  for v in rng.integers(0, 4, n)]
+        return pd.DataFrame(out)
+
+    empty = pd.DataFrame({"rollout_id": [], "attempt": []})
+    frames = tl.TimelineFrames(
+        checkpoint_windows=empty, checkpoint_ops=empty, shard_states=empty,
+        rollout_attempts=rows(int(rng.integers(0, 30)), True),
+        parked_intervals=rows(int(rng.integers(0, 10)), False),
+        deadlines=rows(int(rng.integers(0, 10)), False) if seed % 3 else empty,
+        completions=rows(int(rng.integers(0, 10)), bool(seed % 2)), incidents=empty,
+        rollout_ids=tuple(rng.permutation(ids)[:int(rng.integers(0, 6))]))
+    assert list(dict.fromkeys(tl._try_lanes(frames))) == _try_lanes_by_pandas(frames)
