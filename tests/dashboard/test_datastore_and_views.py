@@ -10,10 +10,12 @@ import pytest
 from rolloutscope.cli import main
 from rolloutscope.collectors.exporter import instrument
 from rolloutscope.vocabulary import Attr, SpanName
+from rolloutscope.dashboard import time_figures as tf
 from rolloutscope.dashboard import timeline_plot as tl
 from rolloutscope.dashboard.app import build_app, websocket_origins
 from rolloutscope.store.rows import RowBatch
 from rolloutscope.dashboard.datastore import INCIDENTS_EVERY, VIEWS, DataStore, ViewSpec
+from rolloutscope.dashboard.scene import FLEET_KINDS, GAUGE_KINDS
 from rolloutscope.dashboard.views import Fleet, IncidentDetail, Overview, Timeline
 from tests.store.conftest import SpanKit
 
@@ -203,6 +205,21 @@ class TestViews:
         data.incident = inc.query("kind == 'quarantine'").incident_id.iloc[0]
         assert detail.shown_incident()["kind"] == "quarantine"
         assert "newest critical" not in detail.story().object
+
+    def test_the_incident_tab_computes_gauges_and_serving_only_for_incidents_showing_them(
+            self, data):
+        """A hidden plot is drawn empty (its rows over every try are not computed); picking an
+        incident that shows it redraws it with its rows on the figure already on screen."""
+        inc = data.incidents()
+        quiet = inc[~inc.kind.isin(GAUGE_KINDS | FLEET_KINDS)].incident_id.iloc[0]
+        loud = inc[inc.kind.isin(GAUGE_KINDS)].incident_id.iloc[0]
+        detail = IncidentDetail(data)
+        detail.shown = True
+        data.incident = quiet
+        lanes, gauges, serving = (pane.object for pane in detail.plots())
+        assert tf.layer(gauges, "in flight").empty and tf.layer(serving, "lines").empty
+        data.incident = loud
+        assert not tf.layer(gauges, "in flight").empty
 
     def test_the_incident_detail_tells_the_story_with_data_escaped(self, data):
         detail = IncidentDetail(data)
