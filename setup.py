@@ -5,9 +5,10 @@ collectors/, dashboard/ and replay/ install as rolloutscope.collectors, rollouts
 and rolloutscope.replay, so no generic top-level module lands in site-packages. Subpackages are
 found at build time, so a new folder needs no edit here.
 
-The decoder (collectors/otlp/_fastdecode.c) is optional: where no C compiler or no Python
-headers are found the install still succeeds, and the collector decodes in Python and says what
-that costs (rolloutscope.collectors.otlp.fastdecode).
+The decoder (collectors/otlp/_fastdecode.c) and the exporter's span encoder
+(collectors/_fastencode.c) are optional: where no C compiler or no Python
+headers are found the install still succeeds, and the collector decodes (the exporter encodes) in
+Python and says what that costs (rolloutscope.collectors.otlp.fastdecode, collectors.exporter).
 """
 
 from setuptools import Extension, find_packages, setup
@@ -29,6 +30,10 @@ setup(
     include_package_data=True,
     ext_modules=[Extension("rolloutscope.collectors.otlp._fastdecode",
                            sources=["collectors/otlp/_fastdecode.c"],
+                           extra_compile_args=["-O2", "-std=c11", "-Wall"],
+                           optional=True),
+                 Extension("rolloutscope.collectors._fastencode",
+                           sources=["collectors/_fastencode.c"],
                            extra_compile_args=["-O2", "-std=c11", "-Wall"],
                            optional=True)],
 )

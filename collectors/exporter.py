@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+import pyarrow as pa
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, Span, TracerProvider
@@ -34,7 +36,9 @@ from opentelemetry.trace import SpanContext, Status, StatusCode
 
 from rolloutscope.store.errors import QueueFullError
 from rolloutscope.store.fit import ColumnFitError
+from rolloutscope.store.fit import COPIED
 from rolloutscope.store.rows import RowBatch, attributes_json, span_problem
+from rolloutscope.store.schema import ARROW_SCHEMAS
 from rolloutscope.store.store import RunStore
 from rolloutscope.vocabulary import Attr, ResourceAttr
 
@@ -136,6 +140,63 @@ _DIRECT_READS = _sdk_fields_match()
 _NO_SCOPE = object()  # no span's scope: the first span's is encoded
 
 
+# The compiled encoder (collectors/_fastencode.c): the common span's rows straight into Arrow
+# buffers, every other span left to ``SpanEncoder``'s Python loop. Its key indices: the promoted
+# and row keys in the order the C file names them, then each copied column's keys at
+# 16 + 4 * column + rank.
+FORCE_PYTHON_ENCODER_ENV = "ROLLOUTSCOPE_PYTHON_ENCODER"
+ENCODER_FALLBACK_COST = ("encoding exported spans in Python costs about 8 us more CPU per span "
+                         "in the observed process (benchmarks/bench_exporter.py)")
+_ENCODE_KEYS = {key: i for i, key in enumerate((
+    Attr.ROLLOUT_ID, Attr.EPISODE_ROLLOUT_ID, Attr.RL_ATTEMPT, Attr.EPISODE_ATTEMPT,
+    Attr.PROMPT_IDX, Attr.CHECKPOINT_ID, Attr.CK_PARTICIPANT_KIND, Attr.SHARD_IDX, Attr.RUN_ID,
+    Attr.OPEN_MARKER_FOR))}
+_ENCODE_KEYS.update({key: 16 + 4 * column + rank for column, copy in enumerate(COPIED)
+                     for rank, key in enumerate(copy.keys)})
+_COPY_KINDS = tuple(2 if copy.column == "server_authority" else 1 if copy.sql == "INTEGER"
+                    else 0 for copy in COPIED)
+
+
+def _load_encoder():
+    if os.environ.get(FORCE_PYTHON_ENCODER_ENV, "") not in ("", "0"):
+        return None, f"{FORCE_PYTHON_ENCODER_ENV} is set"
+    if not _DIRECT_READS:
+        return None, "this OpenTelemetry SDK's spans are not laid out as the encoder reads them"
+    try:
+        from rolloutscope.collectors import _fastencode
+    except ImportError as exc:
+        return None, f"the compiled encoder is not built ({exc})"
+    _fastencode.configure(_ENCODE_KEYS, _COPY_KINDS, Event, SpanContext, Status, orjson.dumps)
+    return _fastencode, None
+
+
+_compiled, encoder_unavailable = _load_encoder()
+_encoder_warned = False
+
+
+def _warn_if_python_encoder() -> None:
+    global _encoder_warned
+    if _compiled is None and not _encoder_warned:
+        _encoder_warned = True
+        log.warning("exported spans are encoded in Python: %s; %s.", encoder_unavailable,
+                    ENCODER_FALLBACK_COST)
+
+
+def _arrow_of(columns: list[tuple[Any, ...]], n: int, schema: pa.Schema) -> pa.Table:
+    """The compiled encoder's buffers as an Arrow table of ``schema``."""
+    arrays = []
+    for (valid, offsets, data, nulls), column in zip(columns, schema, strict=True):
+        buffers = [None if valid is None else pa.py_buffer(valid)]
+        if offsets is not None:
+            buffers.append(pa.py_buffer(offsets))
+        buffers.append(pa.py_buffer(data))
+        arrays.append(pa.Array.from_buffers(column.type, n, buffers, null_count=nulls))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+_SPANS, _EVENTS = ARROW_SCHEMAS["spans"], ARROW_SCHEMAS["span_events"]
+
+
 def _hex_trace(value: int) -> str:
     return format(value, "032x")
 
@@ -149,13 +210,21 @@ class SpanEncoder:
 
     A span with a value its column cannot hold (``rolloutscope.store.fit``) is left out and
     counted in ``rejected``, with the first reason in ``problem``: one bad span never costs the
-    batch it came in."""
+    batch it came in.
 
-    def __init__(self) -> None:
+    With the compiled encoder built (``compiled``, the default where it is), the common span
+    goes straight into Arrow buffers there and only the others through the Python loop below;
+    both give the same rows (tests/collectors/test_fast_encode.py)."""
+
+    def __init__(self, *, compiled: bool = True) -> None:
         self._resources: dict[int, tuple[Resource, str | None, str | None, str | None]] = {}
         self._direct: dict[type, bool] = {}  # span and event types whose fields are read
+        self._compiled = _compiled if compiled else None
         self.rejected = 0
         self.problem: str | None = None
+
+    def _reads_span_directly(self, cls: type) -> bool:
+        return self._reads_directly(cls, ReadableSpan, _SPAN_PROPERTIES)
 
     def _reads_directly(self, cls: type, base: type, properties: tuple[str, ...]) -> bool:
         direct = self._direct.get(cls)
@@ -211,6 +280,18 @@ class SpanEncoder:
         property goes through the public API (``_public_fields``). The resource and the scope
         are nearly always the previous span's objects: each is encoded when it changes."""
         batch = RowBatch() if batch is None else batch
+        if self._compiled is not None and spans:
+            if type(spans) is not list and type(spans) is not tuple:
+                spans = list(spans)
+            span_columns, n_spans, event_columns, n_events, left = self._compiled.encode_spans(
+                spans, self._direct, self._reads_span_directly, self._resource)
+            if n_spans:
+                batch.add_arrow("spans", _arrow_of(span_columns, n_spans, _SPANS))
+            if n_events:
+                batch.add_arrow("span_events", _arrow_of(event_columns, n_events, _EVENTS))
+            if not left:
+                return batch
+            spans = [spans[i] for i in left]
         append = batch.append_span
         direct, reads_directly = self._direct, self._reads_directly
         # the SDK's span context is a tuple (trace id, span id, ...), and its status keeps its
@@ -287,6 +368,7 @@ class StoreSpanExporter(SpanExporter):
         self._store = store
         self._writer = store.writer(max_delay_ms=COMMIT_DELAY_MS)
         self._encoder = SpanEncoder()
+        _warn_if_python_encoder()
         self._submit_timeout_s = submit_timeout_s
         self._lock = threading.Lock()
         self.exported_spans = 0

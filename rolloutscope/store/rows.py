@@ -243,14 +243,16 @@ class RowBatch:
     ``MAX_NOTES`` are described in ``notes``.
 
     ``append_span`` is the entry point the exporter and the OTLP decoder share (positional,
-    no copies); ``add_span`` is its keyword form for everyone else.
+    no copies); ``add_span`` is its keyword form for everyone else. Rows the exporter's
+    compiled encoder made come as Arrow tables (``add_arrow``), used as they are.
     """
 
-    __slots__ = ("tables", "columns", "rows", "coerced", "notes")
+    __slots__ = ("tables", "columns", "parts", "rows", "coerced", "notes")
 
     def __init__(self) -> None:
         self.tables: dict[str, list[tuple[Any, ...]]] = {}
         self.columns: dict[str, list[list[Any]]] = {}
+        self.parts: dict[str, list[pa.Table]] = {}
         self.rows = 0
         self.coerced = 0
         self.notes: list[str] = []
@@ -466,9 +468,20 @@ class RowBatch:
                 mine.extend(more)
         self.rows += n
 
+    def add_arrow(self, table: str, rows: pa.Table) -> None:
+        """Rows of ``table`` already in Arrow, with its schema and values fitted as
+        ``append_span`` fits them (the compiled encoder's); kept as they are."""
+        if rows.schema != ARROW_SCHEMAS[table]:
+            raise ValueError(f"{table}: an Arrow table whose schema is not the table's")
+        if rows.num_rows:
+            self.parts.setdefault(table, []).append(rows)
+            self.rows += rows.num_rows
+
     def extend(self, other: RowBatch) -> None:
         for table, rows in other.tables.items():
             self._rows(table).extend(rows)
+        for table, parts in other.parts.items():
+            self.parts.setdefault(table, []).extend(parts)  # immutable: shared, not copied
         for table, columns in other.columns.items():
             have = self.columns.get(table)
             if have is None:  # copied: ``other`` may be committed on its own later
@@ -480,10 +493,12 @@ class RowBatch:
         self.coerced += other.coerced
 
     def row_tuples(self, table: str) -> list[tuple[Any, ...]]:
-        """Every row of ``table`` as a tuple in its column order (the ones added as columns
-        first): for tests and diagnostics, not the write path."""
+        """Every row of ``table`` as a tuple in its column order (the ones added as Arrow
+        first, then as columns, then as rows): for tests and diagnostics, not the write path."""
         columns = self.columns.get(table)
-        return [*(zip(*columns, strict=True) if columns else ()),
+        return [*(row for part in self.parts.get(table, ())
+                  for row in zip(*(c.to_pylist() for c in part.columns), strict=True)),
+                *(zip(*columns, strict=True) if columns else ()),
                 *self.tables.get(table, ())]
 
     def arrow(self, table: str, *, default_run_id: str | None = None) -> pa.Table | None:
@@ -499,6 +514,11 @@ class RowBatch:
         """``arrow(table)`` in slices of at most ``rows_per_slice`` rows, each made as it is
         asked for."""
         schema = ARROW_SCHEMAS[table]
+        for part in self.parts.get(table, ()):
+            for start in range(0, part.num_rows, rows_per_slice):
+                piece = part if part.num_rows <= rows_per_slice else part.slice(
+                    start, rows_per_slice)
+                yield _with_run(piece, default_run_id)
         columns = self.columns.get(table)
         if columns and columns[0]:
             n = len(columns[0])
@@ -524,3 +544,13 @@ def _columns_to_arrow(columns: list, schema: pa.Schema,
     if default_run_id is not None and schema.names[0] == "run_id" and arrays[0].null_count:
         arrays[0] = pc.fill_null(arrays[0], default_run_id)
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _with_run(rows: pa.Table, default_run_id: str | None) -> pa.Table:
+    """``rows`` with ``default_run_id`` where a row has no run (the run rule)."""
+    if default_run_id is None or rows.schema.names[0] != "run_id":
+        return rows
+    run_ids = rows.column(0)
+    if not run_ids.null_count:
+        return rows
+    return rows.set_column(0, rows.schema.field(0), pc.fill_null(run_ids, default_run_id))
