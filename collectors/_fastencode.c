@@ -1,7 +1,9 @@
 /* Compiled encode of finished OpenTelemetry SDK spans into Arrow buffers for the spans and
  * span_events tables: what SpanEncoder.encode (exporter.py) and RowBatch.append_span
  * (rolloutscope/store/rows.py) give for the same spans, without a Python object per row or per
- * value on the way to Arrow (the attributes' JSON text is still orjson's).
+ * value on the way to Arrow. Attribute maps of the usual values (str, int, float, bool, None and
+ * lists or tuples of them) are written as JSON here, as orjson writes them; any other map goes
+ * through orjson itself.
  *
  * It is a fast path, not a second set of rules: a span is taken only when its row is the plain
  * case (every field of the type the SDK gives it, the promoted and copied attributes of their
@@ -118,7 +120,8 @@ static const int EVENT_TYPES[N_EVENT_COLS] = {
 /* ---- one span, gathered before any of it is written ------------------------------------- */
 typedef struct { const char *p; Py_ssize_t n; } sv_t;  /* p == NULL: null */
 typedef struct { int64_t v; int has; } iv_t;
-typedef struct { sv_t name; int64_t ts; PyObject *json; } ev_t;
+typedef struct { size_t off, n; int has; } jv_t;  /* JSON text in row_t.scratch */
+typedef struct { sv_t name; int64_t ts; jv_t json; } ev_t;
 
 typedef struct {
     sv_t run_id, name, kind, service, code, message, resource, scope;
@@ -127,7 +130,8 @@ typedef struct {
     int64_t start, end;
     sv_t rollout, checkpoint, pkind;
     iv_t attempt, prompt, shard;
-    PyObject *json;  /* the attributes' JSON (bytes) or NULL */
+    jv_t json;       /* the attributes' JSON */
+    buf_t scratch;   /* the JSON texts of the span and its events */
     sv_t copies[MAX_COPIES];
     iv_t copy_int[MAX_COPIES];
     char *authority;  /* a formatted address:port (malloc) */
@@ -136,8 +140,8 @@ typedef struct {
 } row_t;
 
 static void row_clear(row_t *r) {
-    Py_CLEAR(r->json);
-    for (Py_ssize_t i = 0; i < r->n_events; i++) Py_CLEAR(r->events[i].json);
+    r->json.has = 0;
+    r->scratch.n = 0;
     free(r->authority);
     r->authority = NULL;
     r->n_events = 0;
@@ -196,13 +200,159 @@ static PyObject *plain(PyObject *attrs) {
     Py_DECREF(d);  /* the mapping keeps it */
     return PyDict_CheckExact(d) ? d : NULL;
 }
-/* the JSON text of a non-empty plain dict (a new bytes), NULL with no error when orjson
- * cannot write it as it is (the Python encoder then stringifies or rejects) */
-static PyObject *json_of(PyObject *d) {
-    PyObject *b = PyObject_CallOneArg(g_dumps, d);
-    if (!b) PyErr_Clear();
-    return b;
+/* ---- JSON as orjson writes it (the same functions as the OTLP decoder's) --------------- */
+/* whether none of a word's 8 bytes is a control character, '"' or '\\' (the bytes JSON
+ * escapes): a byte-wise test eight bytes at a time, exact where it says so */
+static inline int word_plain(uint64_t w) {
+    const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
+    uint64_t quote = w ^ (ones * '"'), slash = w ^ (ones * '\\');
+    uint64_t control = (w - ones * 0x20) & ~w & high;  /* a byte below 0x20 (not >= 0x80) */
+    uint64_t quotes = (quote - ones) & ~quote & high, slashes = (slash - ones) & ~slash & high;
+    return !(control | quotes | slashes);
 }
+static int json_str(buf_t *b, const char *s, size_t n) {
+    static const char hex[] = "0123456789abcdef";
+    if (!buf_reserve(b, n + 2)) return 0;
+    size_t i = 0;
+    while (i + 8 <= n) {  /* the usual text needs no escape: found eight bytes at a time */
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        if (!word_plain(w)) break;
+        i += 8;
+    }
+    while (i < n && (unsigned char)s[i] >= 0x20 && s[i] != '"' && s[i] != '\\') i++;
+    if (i == n) {
+        b->p[b->n++] = '"';
+        memcpy(b->p + b->n, s, n);
+        b->n += n;
+        b->p[b->n++] = '"';
+        return 1;
+    }
+    b->p[b->n++] = '"';
+    size_t run = 0;
+    for (i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\') continue;
+        if (!buf_put(b, s + run, i - run)) return 0;
+        run = i + 1;
+        char esc[6];
+        switch (c) {
+        case '"': buf_put(b, "\\\"", 2); break;
+        case '\\': buf_put(b, "\\\\", 2); break;
+        case '\b': buf_put(b, "\\b", 2); break;
+        case '\t': buf_put(b, "\\t", 2); break;
+        case '\n': buf_put(b, "\\n", 2); break;
+        case '\f': buf_put(b, "\\f", 2); break;
+        case '\r': buf_put(b, "\\r", 2); break;
+        default:
+            esc[0] = '\\'; esc[1] = 'u'; esc[2] = '0'; esc[3] = '0';
+            esc[4] = hex[c >> 4]; esc[5] = hex[c & 15];
+            buf_put(b, esc, 6);
+        }
+    }
+    if (!buf_put(b, s + run, n - run)) return 0;
+    return buf_put(b, "\"", 1);
+}
+/* a double as orjson writes it (see _fastdecode.c's json_double, which the OTLP decoder's
+ * tests hold to orjson's text); 0 for what it does not recognise */
+static int json_double(buf_t *b, double d) {
+    if (d != d || d - d != 0) return buf_put(b, "null", 4);
+    char *r = PyOS_double_to_string(d, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+    if (!r) { PyErr_Clear(); return 0; }
+    int ok = 1;
+    char *e = strchr(r, 'e');
+    if (!e || e[1] == '+') {
+        ok = buf_put(b, r, strlen(r));
+    } else if (e[1] == '-' && e[2] == '0' && e[3] == '5' && e[4] == 0) {
+        const char *m = r;
+        if (*m == '-') { ok &= buf_put(b, "-", 1); m++; }
+        ok &= buf_put(b, "0.0000", 6);
+        for (; m < e; m++) if (*m != '.') ok &= buf_put(b, m, 1);
+    } else if (e[1] == '-') {
+        const char *x = e + 2;
+        while (*x == '0' && x[1]) x++;
+        ok &= buf_put(b, r, (size_t)(e - r + 2));
+        ok &= buf_put(b, x, strlen(x));
+    } else {
+        ok = 0;
+    }
+    PyMem_Free(r);
+    return ok;
+}
+/* an int's decimal text into d (at least 21 bytes); returns its length */
+static int decimal(char *d, long long x) {
+    char tmp[24];
+    int n = 0;
+    unsigned long long u = x < 0 ? 0ULL - (unsigned long long)x : (unsigned long long)x;
+    do { tmp[n++] = (char)('0' + u % 10); u /= 10; } while (u);
+    int len = 0;
+    if (x < 0) d[len++] = '-';
+    while (n) d[len++] = tmp[--n];
+    return len;
+}
+
+/* 1: written; 0: a value this writer leaves to orjson (no Python error set) */
+static int json_value(buf_t *b, PyObject *v, int depth) {
+    if (PyUnicode_CheckExact(v)) {
+        Py_ssize_t n;
+        const char *s = PyUnicode_AsUTF8AndSize(v, &n);
+        if (!s) { PyErr_Clear(); return 0; }
+        return json_str(b, s, (size_t)n);
+    }
+    if (PyLong_CheckExact(v)) {
+        int overflow;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow || (x == -1 && PyErr_Occurred())) { PyErr_Clear(); return 0; }
+        char tmp[24];
+        return buf_put(b, tmp, (size_t)decimal(tmp, x));
+    }
+    if (v == Py_None) return buf_put(b, "null", 4);
+    if (v == Py_True) return buf_put(b, "true", 4);
+    if (v == Py_False) return buf_put(b, "false", 5);
+    if (PyFloat_CheckExact(v)) return json_double(b, PyFloat_AS_DOUBLE(v));
+    if ((PyTuple_CheckExact(v) || PyList_CheckExact(v)) && depth < 4) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(v);
+        if (!buf_put(b, "[", 1)) return 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (i && !buf_put(b, ",", 1)) return 0;
+            if (!json_value(b, PySequence_Fast_GET_ITEM(v, i), depth + 1)) return 0;
+        }
+        return buf_put(b, "]", 1);
+    }
+    return 0;
+}
+static int json_dict(buf_t *b, PyObject *d) {
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    int first = 1;
+    if (!buf_put(b, "{", 1)) return 0;
+    while (PyDict_Next(d, &pos, &k, &v)) {
+        if (!PyUnicode_CheckExact(k)) return 0;
+        if (!first && !buf_put(b, ",", 1)) return 0;
+        first = 0;
+        if (!json_value(b, k, 0) || !buf_put(b, ":", 1) || !json_value(b, v, 0)) return 0;
+    }
+    return buf_put(b, "}", 1);
+}
+/* the JSON text of a non-empty plain dict into the row's scratch: 1, or 0 when orjson cannot
+ * write it as it is either (the Python encoder then stringifies or rejects); -1 out of memory */
+static int json_of(buf_t *scratch, PyObject *d, jv_t *out) {
+    size_t start = scratch->n;
+    if (json_dict(scratch, d)) {
+        *out = (jv_t){start, scratch->n - start, 1};
+        return 1;
+    }
+    if (scratch->oom) return -1;
+    scratch->n = start;
+    PyObject *bytes = PyObject_CallOneArg(g_dumps, d);
+    if (!bytes) { PyErr_Clear(); return 0; }
+    int ok = buf_put(scratch, PyBytes_AS_STRING(bytes), (size_t)PyBytes_GET_SIZE(bytes));
+    Py_DECREF(bytes);
+    if (!ok) return -1;
+    *out = (jv_t){start, scratch->n - start, 1};
+    return 1;
+}
+
 /* the items of a span's events or links: a new list or tuple, or NULL with *none set when
  * there are none; NULL without *none for a container it does not read */
 static PyObject *items_of(PyObject *seq, int *none) {
@@ -340,8 +490,9 @@ static int gather(enc_t *e, PyObject *span, row_t *r) {
             if (v != Py_None) at[PyLong_AsLong(ix)] = v;
         }
         if (at[K_MARKER]) goto no;
-        r->json = json_of(d);
-        if (!r->json) goto no;
+        int got = json_of(&r->scratch, d, &r->json);
+        if (got < 0) { PyErr_NoMemory(); goto fail; }
+        if (!got) goto no;
     }
     /* promoted (rows.promoted): None is absent; anything but the column's own type is fitted
      * by the Python encoder */
@@ -383,7 +534,8 @@ static int gather(enc_t *e, PyObject *span, row_t *r) {
                 if (!text(keys[1], &addr, 0) || !keys[2]
                         || !whole(keys[2], INT64_MIN, INT64_MAX, &port)) goto no;
                 char num[24];
-                int len = snprintf(num, sizeof num, ":%lld", (long long)port);
+                num[0] = ':';
+                int len = 1 + decimal(num + 1, (long long)port);
                 r->authority = malloc((size_t)addr.n + (size_t)len);
                 if (!r->authority) { PyErr_NoMemory(); goto fail; }
                 memcpy(r->authority, addr.p, (size_t)addr.n);
@@ -408,7 +560,7 @@ static int gather(enc_t *e, PyObject *span, row_t *r) {
             PyObject *ev = items[i];
             if (Py_TYPE(ev) != g_event) goto no;
             ev_t *out = &r->events[r->n_events];
-            out->json = NULL;
+            out->json.has = 0;
             PyObject *en = PyObject_GetAttr(ev, s_ev_name);
             if (!en) { PyErr_Clear(); goto no; }
             int good = text(en, &out->name, 0);
@@ -434,8 +586,9 @@ static int gather(enc_t *e, PyObject *span, row_t *r) {
                     if (!ix) { if (PyErr_Occurred()) goto fail; continue; }
                     if (PyLong_AsLong(ix) < N_ROW_KEYS) goto no;
                 }
-                out->json = json_of(ed);
-                if (!out->json) goto no;
+                int got = json_of(&r->scratch, ed, &out->json);
+                if (got < 0) { PyErr_NoMemory(); goto fail; }
+                if (!got) goto no;
             }
         }
     }
@@ -453,9 +606,9 @@ done:
     return ok;
 }
 
-static inline sv_t sv_bytes(PyObject *b) {
+static inline sv_t sv_json(row_t *r, jv_t j) {
     sv_t v = {NULL, 0};
-    if (b) { v.p = PyBytes_AS_STRING(b); v.n = PyBytes_GET_SIZE(b); }
+    if (j.has) { v.p = r->scratch.p + j.off; v.n = (Py_ssize_t)j.n; }
     return v;
 }
 static inline int put_sv(col_t *c, sv_t v) { return col_str(c, v.p, v.n); }
@@ -463,11 +616,11 @@ static inline int put_sv(col_t *c, sv_t v) { return col_str(c, v.p, v.n); }
 static Py_ssize_t row_bytes(row_t *r) {
     Py_ssize_t n = r->run_id.n + 64 + r->name.n + r->kind.n + r->service.n + r->code.n
         + r->message.n + r->resource.n + r->scope.n + r->rollout.n + r->checkpoint.n
-        + r->pkind.n + (r->json ? PyBytes_GET_SIZE(r->json) : 0);
+        + r->pkind.n + (Py_ssize_t)r->scratch.n;
     for (int c = 0; c < g_n_copies; c++) n += r->copies[c].n;
     for (Py_ssize_t i = 0; i < r->n_events; i++)
         n += 64 + r->run_id.n + r->name.n + r->events[i].name.n + r->rollout.n
-             + r->checkpoint.n + (r->events[i].json ? PyBytes_GET_SIZE(r->events[i].json) : 0);
+             + r->checkpoint.n;
     return n;
 }
 
@@ -480,7 +633,7 @@ static int put_row(col_t *s, col_t *ev, row_t *r) {
         && put_sv(&s[11], r->rollout) && col_int(&s[12], r->attempt.v, r->attempt.has)
         && col_int(&s[13], r->prompt.v, r->prompt.has) && put_sv(&s[14], r->checkpoint)
         && put_sv(&s[15], r->pkind) && col_int(&s[16], r->shard.v, r->shard.has)
-        && put_sv(&s[17], sv_bytes(r->json)) && put_sv(&s[18], r->resource)
+        && put_sv(&s[17], sv_json(r, r->json)) && put_sv(&s[18], r->resource)
         && put_sv(&s[19], r->scope);
     for (int c = 0; ok && c < g_n_copies; c++)
         ok = g_copy_kind[c] == COPY_INT ? col_int(&s[20 + c], r->copy_int[c].v, r->copy_int[c].has)
@@ -491,7 +644,7 @@ static int put_row(col_t *s, col_t *ev, row_t *r) {
             && put_sv(&ev[3], r->name) && put_sv(&ev[4], e->name) && col_int(&ev[5], e->ts, 1)
             && put_sv(&ev[6], r->rollout) && col_int(&ev[7], r->attempt.v, r->attempt.has)
             && col_int(&ev[8], r->prompt.v, r->prompt.has) && put_sv(&ev[9], r->checkpoint)
-            && col_int(&ev[10], r->shard.v, r->shard.has) && put_sv(&ev[11], sv_bytes(e->json));
+            && col_int(&ev[10], r->shard.v, r->shard.has) && put_sv(&ev[11], sv_json(r, e->json));
     }
     return ok;
 }
@@ -554,6 +707,7 @@ static PyObject *encode_spans(PyObject *self, PyObject *args) {
     result = Py_BuildValue("(NLNLO)", sc, (long long)s[0].n, ec, (long long)ev[0].n, left);
 out:
     free(r.events);
+    free(r.scratch.p);
     for (int i = 0; i < N_SPAN_COLS; i++) col_free(&s[i]);
     for (int i = 0; i < N_EVENT_COLS; i++) col_free(&ev[i]);
     Py_XDECREF(left);

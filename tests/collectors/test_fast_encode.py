@@ -89,11 +89,19 @@ _key = _mostly(st.sampled_from(_PROMOTED + _FIRST_COPIED + ("k", "n")),
 def _attrs(draw) -> dict:
     """Attributes whose values are mostly of their column's type (any type for the others)."""
     keys = draw(st.lists(_key, max_size=6, unique=True))
-    return {key: draw(_mostly(st.integers(0, 1000) if key in _INT_KEYS else _text, _broad))
+    return {key: draw(_mostly(st.integers(0, 1000) if key in _INT_KEYS else _text
+                              if key in _PROMOTED or key in _COPIED else _plain_value, _broad))
             for key in keys}
 
 
 _value = _mostly(st.one_of(_text, st.integers(0, 1000)), _broad)
+# what instrumented code usually sets: scalars and homogeneous sequences of them, texts with
+# characters JSON escapes, doubles of every magnitude
+_scalar = st.one_of(st.text(alphabet=st.characters(max_codepoint=0x3000), max_size=8),
+                    st.integers(-2**63, 2**63 - 1), st.floats(), st.booleans())
+_plain_value = st.one_of(_scalar, st.lists(st.integers(-9, 2**40), max_size=3).map(tuple),
+                         st.lists(st.floats(allow_nan=False), max_size=3).map(tuple),
+                         st.lists(_text, max_size=3))
 _event_attrs = _mostly(st.one_of(st.none(), st.dictionaries(st.sampled_from(["i", "s"]), _value,
                                                            max_size=3)),
                        st.dictionaries(st.sampled_from(_PROMOTED), _value, max_size=2))
