@@ -7,7 +7,7 @@
  *
  * It is a fast path, not a second set of rules: a span is taken only when its row is the plain
  * case (every field of the type the SDK gives it, the promoted and copied attributes of their
- * column's type, no links, events without join keys, no start marker). Any other span is left
+ * column's type, events' join keys too, no links, no start marker). Any other span is left
  * for the Python encoder, which fits, coerces or rejects it: encode_spans returns its index.
  * tests/collectors/test_fast_encode.py holds the two to identical rows.
  */
@@ -121,17 +121,19 @@ static const int EVENT_TYPES[N_EVENT_COLS] = {
 typedef struct { const char *p; Py_ssize_t n; } sv_t;  /* p == NULL: null */
 typedef struct { int64_t v; int has; } iv_t;
 typedef struct { size_t off, n; int has; } jv_t;  /* JSON text in row_t.scratch */
-typedef struct { sv_t name; int64_t ts; jv_t json; } ev_t;
+/* the promoted columns (rows.promoted) */
+typedef struct { sv_t rollout, checkpoint, pkind; iv_t attempt, prompt, shard; } promo_t;
+typedef struct { sv_t name; int64_t ts; jv_t json; promo_t keys; } ev_t;
 
 typedef struct {
     sv_t run_id, name, kind, service, code, message, resource, scope;
     char trace[32], span[16], parent[16];
     int has_parent;
     int64_t start, end;
-    sv_t rollout, checkpoint, pkind;
-    iv_t attempt, prompt, shard;
+    promo_t keys;
     jv_t json;       /* the attributes' JSON */
     buf_t scratch;   /* the JSON texts of the span and its events */
+    PyObject *hold;  /* copies the row's values point into (a list, or NULL) */
     sv_t copies[MAX_COPIES];
     iv_t copy_int[MAX_COPIES];
     char *authority;  /* a formatted address:port (malloc) */
@@ -142,6 +144,7 @@ typedef struct {
 static void row_clear(row_t *r) {
     r->json.has = 0;
     r->scratch.n = 0;
+    Py_CLEAR(r->hold);
     free(r->authority);
     r->authority = NULL;
     r->n_events = 0;
@@ -191,10 +194,19 @@ static int trace_hex(PyObject *o, char *d) {
     return 1;
 }
 
-/* an attribute mapping as a plain dict: the dict itself, or a BoundedAttributes' backing dict
- * (borrowed); NULL when it is neither */
-static PyObject *plain(PyObject *attrs) {
+/* an attribute mapping as a plain dict (borrowed): the dict itself, a BoundedAttributes'
+ * backing dict, or a copy of a mappingproxy's (kept alive in *hold); NULL for anything else */
+static PyObject *plain(PyObject *attrs, PyObject **hold) {
     if (PyDict_CheckExact(attrs)) return attrs;
+    if (Py_IS_TYPE(attrs, &PyDictProxy_Type)) {  /* a read-only view (the replay's events) */
+        PyObject *copy = PyDict_New();
+        if (!copy || PyDict_Update(copy, attrs) < 0) { Py_XDECREF(copy); PyErr_Clear(); return NULL; }
+        if (!*hold && !(*hold = PyList_New(0))) { Py_DECREF(copy); PyErr_Clear(); return NULL; }
+        int kept = PyList_Append(*hold, copy);
+        Py_DECREF(copy);  /* the row holds it until the row is written */
+        if (kept < 0) { PyErr_Clear(); return NULL; }
+        return PyDict_CheckExact(copy) ? copy : NULL;
+    }
     PyObject *d = PyObject_GetAttr(attrs, s_dict);
     if (!d) { PyErr_Clear(); return NULL; }
     Py_DECREF(d);  /* the mapping keeps it */
@@ -374,6 +386,26 @@ static PyObject *items_of(PyObject *seq, int *none) {
     return fast;
 }
 
+/* the promoted columns of a span's or an event's keys (at: the value of each key index, NULL
+ * for absent or None); 0 when one is not of its column's type (the Python encoder fits it) */
+static int promote(PyObject **at, promo_t *p) {
+    PyObject *rollout = at[K_ROLLOUT] ? at[K_ROLLOUT] : at[K_EP_ROLLOUT];
+    p->rollout.p = NULL;
+    if (rollout && !text(rollout, &p->rollout, 0)) return 0;
+    PyObject *attempt = at[K_ATTEMPT] ? at[K_ATTEMPT] : at[K_EP_ATTEMPT];
+    p->attempt.has = attempt != NULL;
+    if (attempt && !whole(attempt, INT32_MIN, INT32_MAX, &p->attempt.v)) return 0;
+    p->prompt.has = at[K_PROMPT] != NULL;
+    if (at[K_PROMPT] && !whole(at[K_PROMPT], INT64_MIN, INT64_MAX, &p->prompt.v)) return 0;
+    p->checkpoint.p = NULL;
+    if (at[K_CHECKPOINT] && !text(at[K_CHECKPOINT], &p->checkpoint, 0)) return 0;
+    p->pkind.p = NULL;
+    if (at[K_PKIND] && !text(at[K_PKIND], &p->pkind, 0)) return 0;
+    p->shard.has = at[K_SHARD] != NULL;
+    if (at[K_SHARD] && !whole(at[K_SHARD], INT32_MIN, INT32_MAX, &p->shard.v)) return 0;
+    return 1;
+}
+
 typedef struct {
     PyObject *direct, *reads_directly, *resource_fields;
     PyObject *last_resource, *last_fields;   /* the resource's (json, service, run id) */
@@ -476,7 +508,7 @@ static int gather(enc_t *e, PyObject *span, row_t *r) {
     PyObject *lk = items_of(links, &none);
     if (!none) { Py_XDECREF(lk); goto no; }
     /* attributes: promoted, copied, and the JSON */
-    PyObject *d = attributes == Py_None ? NULL : plain(attributes);
+    PyObject *d = attributes == Py_None ? NULL : plain(attributes, &r->hold);
     if (!d && attributes != Py_None) goto no;
     PyObject *at[N_KEY_SLOTS];
     memset(at, 0, sizeof at);
@@ -494,20 +526,7 @@ static int gather(enc_t *e, PyObject *span, row_t *r) {
         if (got < 0) { PyErr_NoMemory(); goto fail; }
         if (!got) goto no;
     }
-    /* promoted (rows.promoted): None is absent; anything but the column's own type is fitted
-     * by the Python encoder */
-    PyObject *rollout = at[K_ROLLOUT] ? at[K_ROLLOUT] : at[K_EP_ROLLOUT];
-    if (rollout) { if (!text(rollout, &r->rollout, 0)) goto no; } else r->rollout.p = NULL;
-    PyObject *attempt = at[K_ATTEMPT] ? at[K_ATTEMPT] : at[K_EP_ATTEMPT];
-    r->attempt.has = attempt != NULL;
-    if (attempt && !whole(attempt, INT32_MIN, INT32_MAX, &r->attempt.v)) goto no;
-    r->prompt.has = at[K_PROMPT] != NULL;
-    if (at[K_PROMPT] && !whole(at[K_PROMPT], INT64_MIN, INT64_MAX, &r->prompt.v)) goto no;
-    if (at[K_CHECKPOINT]) { if (!text(at[K_CHECKPOINT], &r->checkpoint, 0)) goto no; }
-    else r->checkpoint.p = NULL;
-    if (at[K_PKIND]) { if (!text(at[K_PKIND], &r->pkind, 0)) goto no; } else r->pkind.p = NULL;
-    r->shard.has = at[K_SHARD] != NULL;
-    if (at[K_SHARD] && !whole(at[K_SHARD], INT32_MIN, INT32_MAX, &r->shard.v)) goto no;
+    if (!promote(at, &r->keys)) goto no;
     if (at[K_RUN] && !text(at[K_RUN], &r->run_id, 0)) goto no;
     /* copied (rows.copied): a column's first key of its column's type; a later key only where
      * an earlier one is there, or server.address with an int server.port */
@@ -545,7 +564,7 @@ static int gather(enc_t *e, PyObject *span, row_t *r) {
             }
         }
     }
-    /* events: no join keys of their own (those are fitted in Python) */
+    /* events: their join keys are the span's, or their own where they carry them */
     evs = items_of(events, &none);
     if (!none) {
         if (!evs) goto no;
@@ -573,18 +592,31 @@ static int gather(enc_t *e, PyObject *span, row_t *r) {
             if (!good) goto no;
             PyObject *ea = PyObject_GetAttr(ev, s_attributes);
             if (!ea) { PyErr_Clear(); goto no; }
-            PyObject *ed = ea == Py_None ? NULL : plain(ea);
+            PyObject *ed = ea == Py_None ? NULL : plain(ea, &r->hold);
             Py_DECREF(ea);  /* the event keeps it */
             if (ea != Py_None && !ed) goto no;
             r->n_events++;
+            out->keys = r->keys;  /* the span's join keys, where the event has none */
             if (ed && PyDict_GET_SIZE(ed)) {
                 Py_ssize_t pos = 0;
-                PyObject *k, *v;
+                PyObject *k, *v, *eat[N_ROW_KEYS];
+                int keyed = 0;
+                memset(eat, 0, sizeof eat);
                 while (PyDict_Next(ed, &pos, &k, &v)) {
                     if (!PyUnicode_CheckExact(k)) goto no;
                     PyObject *ix = PyDict_GetItemWithError(g_keys, k);
                     if (!ix) { if (PyErr_Occurred()) goto fail; continue; }
-                    if (PyLong_AsLong(ix) < N_ROW_KEYS) goto no;
+                    long at_ix = PyLong_AsLong(ix);
+                    if (at_ix < N_ROW_KEYS && v != Py_None) { eat[at_ix] = v; keyed = 1; }
+                }
+                if (keyed) {  /* rows.RowBatch._event_row: the event's own keys first */
+                    promo_t own;
+                    if (!promote(eat, &own)) goto no;
+                    if (own.rollout.p) out->keys.rollout = own.rollout;
+                    if (own.attempt.has) out->keys.attempt = own.attempt;
+                    if (own.prompt.has) out->keys.prompt = own.prompt;
+                    if (own.checkpoint.p) out->keys.checkpoint = own.checkpoint;
+                    if (own.shard.has) out->keys.shard = own.shard;
                 }
                 int got = json_of(&r->scratch, ed, &out->json);
                 if (got < 0) { PyErr_NoMemory(); goto fail; }
@@ -615,12 +647,12 @@ static inline int put_sv(col_t *c, sv_t v) { return col_str(c, v.p, v.n); }
 
 static Py_ssize_t row_bytes(row_t *r) {
     Py_ssize_t n = r->run_id.n + 64 + r->name.n + r->kind.n + r->service.n + r->code.n
-        + r->message.n + r->resource.n + r->scope.n + r->rollout.n + r->checkpoint.n
-        + r->pkind.n + (Py_ssize_t)r->scratch.n;
+        + r->message.n + r->resource.n + r->scope.n + r->keys.rollout.n
+        + r->keys.checkpoint.n + r->keys.pkind.n + (Py_ssize_t)r->scratch.n;
     for (int c = 0; c < g_n_copies; c++) n += r->copies[c].n;
     for (Py_ssize_t i = 0; i < r->n_events; i++)
-        n += 64 + r->run_id.n + r->name.n + r->events[i].name.n + r->rollout.n
-             + r->checkpoint.n;
+        n += 64 + r->run_id.n + r->name.n + r->events[i].name.n
+             + r->events[i].keys.rollout.n + r->events[i].keys.checkpoint.n;
     return n;
 }
 
@@ -630,9 +662,11 @@ static int put_row(col_t *s, col_t *ev, row_t *r) {
         && put_sv(&s[3], parent) && put_sv(&s[4], r->name) && put_sv(&s[5], r->kind)
         && put_sv(&s[6], r->service) && col_int(&s[7], r->start, 1)
         && col_int(&s[8], r->end, 1) && put_sv(&s[9], r->code) && put_sv(&s[10], r->message)
-        && put_sv(&s[11], r->rollout) && col_int(&s[12], r->attempt.v, r->attempt.has)
-        && col_int(&s[13], r->prompt.v, r->prompt.has) && put_sv(&s[14], r->checkpoint)
-        && put_sv(&s[15], r->pkind) && col_int(&s[16], r->shard.v, r->shard.has)
+        && put_sv(&s[11], r->keys.rollout)
+        && col_int(&s[12], r->keys.attempt.v, r->keys.attempt.has)
+        && col_int(&s[13], r->keys.prompt.v, r->keys.prompt.has)
+        && put_sv(&s[14], r->keys.checkpoint) && put_sv(&s[15], r->keys.pkind)
+        && col_int(&s[16], r->keys.shard.v, r->keys.shard.has)
         && put_sv(&s[17], sv_json(r, r->json)) && put_sv(&s[18], r->resource)
         && put_sv(&s[19], r->scope);
     for (int c = 0; ok && c < g_n_copies; c++)
@@ -642,9 +676,12 @@ static int put_row(col_t *s, col_t *ev, row_t *r) {
         ev_t *e = &r->events[i];
         ok = put_sv(&ev[0], r->run_id) && put_sv(&ev[1], trace) && put_sv(&ev[2], span)
             && put_sv(&ev[3], r->name) && put_sv(&ev[4], e->name) && col_int(&ev[5], e->ts, 1)
-            && put_sv(&ev[6], r->rollout) && col_int(&ev[7], r->attempt.v, r->attempt.has)
-            && col_int(&ev[8], r->prompt.v, r->prompt.has) && put_sv(&ev[9], r->checkpoint)
-            && col_int(&ev[10], r->shard.v, r->shard.has) && put_sv(&ev[11], sv_json(r, e->json));
+            && put_sv(&ev[6], e->keys.rollout)
+            && col_int(&ev[7], e->keys.attempt.v, e->keys.attempt.has)
+            && col_int(&ev[8], e->keys.prompt.v, e->keys.prompt.has)
+            && put_sv(&ev[9], e->keys.checkpoint)
+            && col_int(&ev[10], e->keys.shard.v, e->keys.shard.has)
+            && put_sv(&ev[11], sv_json(r, e->json));
     }
     return ok;
 }
