@@ -1,6 +1,9 @@
 """Instrumented-process cost per span: BatchSpanProcessor -> discarding exporter (baseline) vs
 BatchSpanProcessor -> the DuckDB run-store exporter, at a sustained 20k spans/s and flat out.
 
+The store exporter runs twice: with the compiled span encoder (the default) and with the Python
+encoder it falls back to (``store-py``, what the exporter cost before the compiled one).
+
 Cost is the whole process's CPU time (every thread: the caller, the processor's worker, the
 store's writer and DuckDB's own) from the first span created until the last one is committed,
 divided by the spans created. Each figure is the median of --repeats runs.
@@ -13,16 +16,19 @@ Target: ratio (store / discard) <= 1.3 and exported/created = 1.0 at 20k spans/s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
+import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
+from rolloutscope.collectors import exporter as exporter_module
 from rolloutscope.collectors.exporter import (
     DEFAULT_MAX_EXPORT_BATCH_SIZE,
     DEFAULT_MAX_QUEUE_SIZE,
@@ -56,7 +62,25 @@ def _emit(tracer, i: int) -> None:
             span.add_event(EventName.ROW_RECEIVED, {Attr.ROW_IDX: 0})
 
 
+@contextlib.contextmanager
+def python_encoder(on: bool) -> Iterator[None]:
+    """Exporters made inside encode every span with the Python loop (as without the compiled
+    encoder built)."""
+    compiled = exporter_module._compiled
+    if on:
+        exporter_module._compiled = None
+    try:
+        yield
+    finally:
+        exporter_module._compiled = compiled
+
+
 def run_once(kind: str, n: int, rate: float | None, sdk_defaults: bool = False) -> dict:
+    with python_encoder(kind == "store-py"):
+        return _run_once("store" if kind == "store-py" else kind, n, rate, sdk_defaults)
+
+
+def _run_once(kind: str, n: int, rate: float | None, sdk_defaults: bool = False) -> dict:
     tmp = tempfile.mkdtemp(prefix="rs-bench-")
     store = None
     if kind == "store":
@@ -123,19 +147,27 @@ def main() -> None:
     args = ap.parse_args()
     n_paced = int(args.seconds * args.rate)
 
+    print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
     print(f"paced: {n_paced:,} spans at {args.rate:,.0f}/s; flat out: {args.flat_out_spans:,} "
           f"spans; median of {args.repeats}")
     results = {}
     for label, n, rate in (("paced", n_paced, args.rate),
                            ("flat-out", args.flat_out_spans, None)):
-        base = median_of("discard", n, rate, args.repeats)
-        store = median_of("store", n, rate, args.repeats)
+        runs: dict[str, list[dict]] = {"discard": [], "store": [], "store-py": []}
+        for _ in range(args.repeats):  # interleaved: a load change hits all three alike
+            for kind, samples in runs.items():
+                samples.append(run_once(kind, n, rate))
+        base, store, store_py = ({key: statistics.median(r[key] for r in samples)
+                                  for key in samples[0]} for samples in runs.values())
         results[label] = (base, store)
         print(f"{label:>9}: discard {base['us_per_span']:6.2f} us/span | "
               f"store {store['us_per_span']:6.2f} us/span | "
               f"ratio {store['us_per_span'] / base['us_per_span']:.2f} | "
               f"exported/created {store['exported_ratio']:.4f} | "
               f"achieved {store['achieved_rate']:,.0f} spans/s")
+        print(f"{'':>9}  store-py {store_py['us_per_span']:6.2f} us/span | ratio "
+              f"{store_py['us_per_span'] / base['us_per_span']:.2f} (the Python encoder) | "
+              f"compiled saves {store_py['us_per_span'] - store['us_per_span']:.2f} us/span")
     sdk = median_of("discard", n_paced, args.rate, 1, sdk_defaults=True)
     print(f"SDK default BatchSpanProcessor at {args.rate:,.0f}/s: exported/created "
           f"{sdk['exported_ratio']:.4f}")

@@ -7,7 +7,8 @@ rollouts are in flight. Each figure is the median of ``--repeats`` runs. The bas
 in the same run are real time (the target is >= 1000 simulated s per wall s at 16k rollouts)
 and the 1k-rollout replay (a linear replay spends the same µs per span at 16k as at 1k). The
 discarding exporter shows what the simulation and its spans cost without the store: the rest
-is encoding the rows and the store's writer.
+is encoding the rows and the store's writer. ``store-py`` is the store with every span encoded by
+the exporter's Python loop (as without its compiled encoder), at the largest size.
 
     .venv/bin/python benchmarks/bench_replay_scale.py [--repeats 3] [--sizes 1000,4000,16000]
 
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from rolloutscope.collectors import exporter as exporter_module
 from rolloutscope.replay import scenarios
 from rolloutscope.replay.runner import ReplayResult, replay, replay_into_store
 from rolloutscope.replay.scenario import Scenario
@@ -61,7 +63,18 @@ def sized(rollouts: int) -> Scenario:
     return dataclasses.replace(base, workload=workload)
 
 
-def run_once(scenario: Scenario, *, into_store: bool, seed: int) -> Sample:
+def run_once(scenario: Scenario, *, into_store: bool, seed: int,
+             python_encoder: bool = False) -> Sample:
+    compiled = exporter_module._compiled
+    if python_encoder:
+        exporter_module._compiled = None  # exporters made now encode in Python
+    try:
+        return _run_once(scenario, into_store=into_store, seed=seed)
+    finally:
+        exporter_module._compiled = compiled
+
+
+def _run_once(scenario: Scenario, *, into_store: bool, seed: int) -> Sample:
     with tempfile.TemporaryDirectory() as tmp:
         if into_store:
             with RunStore(os.path.join(tmp, "bench.duckdb"), threads=1) as store:
@@ -77,9 +90,10 @@ def run_once(scenario: Scenario, *, into_store: bool, seed: int) -> Sample:
     return Sample(wall, cpu, result)
 
 
-def median_sample(scenario: Scenario, *, into_store: bool, seed: int, repeats: int
-                  ) -> tuple[float, float, ReplayResult]:
-    samples = [run_once(scenario, into_store=into_store, seed=seed) for _ in range(repeats)]
+def median_sample(scenario: Scenario, *, into_store: bool, seed: int, repeats: int,
+                  python_encoder: bool = False) -> tuple[float, float, ReplayResult]:
+    samples = [run_once(scenario, into_store=into_store, seed=seed,
+                        python_encoder=python_encoder) for _ in range(repeats)]
     return (statistics.median(s.wall_s for s in samples),
             statistics.median(s.cpu_s for s in samples), samples[0].result)
 
@@ -103,10 +117,14 @@ def main() -> int:
     rows: list[tuple[int, str, float, float, ReplayResult]] = []
     for n in sizes:
         scenario = sized(n)
-        for into_store in (True, False):
+        modes = [("store", True, False), ("discard", False, False)]
+        if n == max(sizes):
+            modes.append(("store-py", True, True))
+        for mode, into_store, python_encoder in modes:
             wall, cpu, result = median_sample(scenario, into_store=into_store, seed=args.seed,
-                                              repeats=args.repeats)
-            rows.append((n, "store" if into_store else "discard", wall, cpu, result))
+                                              repeats=args.repeats,
+                                              python_encoder=python_encoder)
+            rows.append((n, mode, wall, cpu, result))
     print(f"{'rollouts':>9} {'exporter':>8} {'spans':>8} {'events':>8} {'wall s':>7} "
           f"{'cpu s':>7} {'sim s/wall s':>12} {'us/span wall':>12} {'us/span cpu':>11}")
     per_span: dict[tuple[int, str], float] = {}
@@ -122,6 +140,10 @@ def main() -> int:
               f"(1.00x is linear)")
     full = [(wall, r) for n, mode, wall, _, r in rows if n == large and mode == "store"][0]
     speedup = full[1].simulated_s / full[0]
+    py = [(wall, r) for n, mode, wall, _, r in rows if n == large and mode == "store-py"][0]
+    print(f"into the store at {large:,} rollouts, compiled vs Python span encoder: "
+          f"{py[0] / full[0]:.2f}x faster ({py[1].simulated_s / py[0]:,.0f}x real time "
+          f"with the Python encoder)")
     print(f"ratio vs real time at {large:,} rollouts into the store: {speedup:,.0f}x "
           f"(target {TARGET_SPEEDUP:,.0f}x: {'met' if speedup >= TARGET_SPEEDUP else 'NOT met'})")
     print(f"after: {load()}")

@@ -22,9 +22,10 @@ if ! compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null; then
     apt-get install -y -qq postgresql >/dev/null
 fi
 
-# The compiled OTLP decoder (collectors/otlp/_fastdecode.c) needs a C compiler and the
-# interpreter's headers: Debian's python3 keeps them in python3-dev, uv's and pyenv's Pythons
-# carry their own. Without them the install still succeeds and traces decode in Python, slower.
+# The compiled OTLP decoder (collectors/otlp/_fastdecode.c) and span encoder
+# (collectors/_fastencode.c) need a C compiler and the interpreter's headers: Debian's python3
+# keeps them in python3-dev, uv's and pyenv's Pythons carry their own. Without them the install
+# still succeeds and traces decode (exported spans encode) in Python, slower.
 has_headers() {
     "$PY" -c 'import os, sys, sysconfig
 sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'
@@ -36,7 +37,8 @@ if ! command -v cc >/dev/null 2>&1 || ! has_headers; then
         apt-get install -y -qq gcc libc6-dev python3-dev >/dev/null
     else
         echo "setup: no C compiler or Python headers (and no root apt-get to install them):" \
-             "the collector will decode OTLP traces in Python, about twice its CPU per span" >&2
+             "the collector will decode OTLP traces in Python, about twice its CPU per span," \
+             "and the in-process exporter encode spans in Python" >&2
     fi
 fi
 
