@@ -176,7 +176,7 @@ _encoder_warned = False
 
 def _warn_if_python_encoder() -> None:
     global _encoder_warned
-    if _compiled is None and not _encoder_warned:
+    if encoder_unavailable is not None and not _encoder_warned:
         _encoder_warned = True
         log.warning("exported spans are encoded in Python: %s; %s.", encoder_unavailable,
                     ENCODER_FALLBACK_COST)
