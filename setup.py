@@ -30,10 +30,12 @@ setup(
     include_package_data=True,
     ext_modules=[Extension("rolloutscope.collectors.otlp._fastdecode",
                            sources=["collectors/otlp/_fastdecode.c"],
+                           depends=["collectors/_json_text.h"],
                            extra_compile_args=["-O2", "-std=c11", "-Wall"],
                            optional=True),
                  Extension("rolloutscope.collectors._fastencode",
                            sources=["collectors/_fastencode.c"],
+                           depends=["collectors/_json_text.h"],
                            extra_compile_args=["-O2", "-std=c11", "-Wall"],
                            optional=True)],
 )

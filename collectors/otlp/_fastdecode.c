@@ -19,28 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- growable buffers (used without the GIL: plain malloc) ------------------------------ */
-typedef struct { char *p; size_t n, cap; int oom; } buf_t;
-
-static int buf_reserve(buf_t *b, size_t extra) {
-    if (b->n + extra <= b->cap) return 1;
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap < b->n + extra) cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) { b->oom = 1; return 0; }
-    b->p = p; b->cap = cap;
-    return 1;
-}
-static inline int buf_put(buf_t *b, const void *s, size_t n) {
-    if (!buf_reserve(b, n)) return 0;
-    memcpy(b->p + b->n, s, n); b->n += n;
-    return 1;
-}
-static inline int buf_ch(buf_t *b, char c) {
-    if (!buf_reserve(b, 1)) return 0;
-    b->p[b->n++] = c;
-    return 1;
-}
+#include "../_json_text.h"
 
 typedef struct { void *p; size_t n, cap, size; int oom; } vec_t;
 static void *vec_push(vec_t *v) {
@@ -136,34 +115,6 @@ static long long utf8_chars(const uint8_t *s, size_t n) {
 static inline int utf8_ok(slice_t s) { return utf8_chars(s.p, s.n) >= 0; }
 
 /* ---- JSON as orjson writes it ----------------------------------------------------------- */
-static int json_str(buf_t *b, const uint8_t *s, size_t n) {
-    static const char hex[] = "0123456789abcdef";
-    if (!buf_reserve(b, n + 2)) return 0;
-    b->p[b->n++] = '"';
-    size_t run = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint8_t c = s[i];
-        if (c >= 0x20 && c != '"' && c != '\\') continue;
-        if (!buf_put(b, s + run, i - run)) return 0;
-        run = i + 1;
-        char esc[6];
-        switch (c) {
-        case '"': esc[0] = '\\'; esc[1] = '"'; buf_put(b, esc, 2); break;
-        case '\\': esc[0] = '\\'; esc[1] = '\\'; buf_put(b, esc, 2); break;
-        case '\b': buf_put(b, "\\b", 2); break;
-        case '\t': buf_put(b, "\\t", 2); break;
-        case '\n': buf_put(b, "\\n", 2); break;
-        case '\f': buf_put(b, "\\f", 2); break;
-        case '\r': buf_put(b, "\\r", 2); break;
-        default:
-            esc[0] = '\\'; esc[1] = 'u'; esc[2] = '0'; esc[3] = '0';
-            esc[4] = hex[c >> 4]; esc[5] = hex[c & 15];
-            buf_put(b, esc, 6);
-        }
-    }
-    if (!buf_put(b, s + run, n - run)) return 0;
-    return buf_ch(b, '"');
-}
 static int json_hex(buf_t *b, slice_t s) {
     static const char hex[] = "0123456789abcdef";
     if (!buf_reserve(b, 2 * s.n + 2)) return 0;
@@ -180,38 +131,6 @@ static int json_int(buf_t *b, int64_t v) {
     int n = snprintf(tmp, sizeof tmp, "%lld", (long long)v);
     return buf_put(b, tmp, (size_t)n);
 }
-/* a double as orjson writes it: Python's shortest repr, except that an exponent loses its
- * leading zero ("1e-7", not "1e-07") and numbers down to 1e-5 are written out ("0.00001"),
- * and NaN / infinities are null. Returns 0 on anything it does not recognise (the caller
- * declines). Needs the GIL (PyOS_double_to_string), so doubles are formatted in pass two. */
-static int json_double(buf_t *b, double d) {
-    if (d != d || d - d != 0) return buf_put(b, "null", 4);
-    char *r = PyOS_double_to_string(d, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
-    if (!r) return 0;
-    int ok = 1;
-    char *e = strchr(r, 'e');
-    if (!e) {
-        ok = buf_put(b, r, strlen(r));
-    } else if (e[1] == '+') {
-        ok = buf_put(b, r, strlen(r));
-    } else if (e[1] == '-' && e[2] == '0' && e[3] == '5' && e[4] == 0) {
-        /* m.mmmme-05 -> 0.0000mmmm */
-        const char *m = r;
-        if (*m == '-') { ok &= buf_ch(b, '-'); m++; }
-        ok &= buf_put(b, "0.0000", 6);
-        for (; m < e; m++) if (*m != '.') ok &= buf_ch(b, *m);
-    } else if (e[1] == '-') {
-        const char *x = e + 2;
-        while (*x == '0' && x[1]) x++;
-        ok &= buf_put(b, r, (size_t)(e - r + 2));
-        ok &= buf_put(b, x, strlen(x));
-    } else {
-        ok = 0;
-    }
-    PyMem_Free(r);
-    return ok;
-}
-
 /* ---- limits and keys -------------------------------------------------------------------- */
 typedef struct {
     uint64_t max_items, max_attrs, max_bytes, max_events, max_links;
@@ -309,7 +228,7 @@ static int encode_value(ctx_t *c, slice_t v, promo_t *p, int depth) {
         long long chars = utf8_chars(s.p, s.n);
         if (chars < 0 || (uint64_t)chars > c->lim->max_bytes) return 0;
         if (p) { p->kind = 1; p->s = s; }
-        return json_str(b, s.p, s.n);
+        return json_str(b, (const char *)s.p, s.n);
     }
     case 2:
         if (p) p->kind = 3; /* a bool: never a column's value */
@@ -434,7 +353,7 @@ static int encode_map(ctx_t *c, slice_t kvs[], size_t n, promo_t *promo, int dep
     if (ok) ok = buf_ch(b, '{');
     for (size_t i = 0; ok && i < n; i++) {
         if (i) ok = buf_ch(b, ',');
-        if (ok) ok = json_str(b, kv[i].key.p, kv[i].key.n);
+        if (ok) ok = json_str(b, (const char *)kv[i].key.p, kv[i].key.n);
         if (ok) ok = buf_ch(b, ':');
         promo_t *p = NULL;
         if (ok && promo) {

@@ -29,9 +29,9 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode
 
 from rolloutscope.collectors import exporter
 from rolloutscope.collectors.exporter import SpanEncoder
-from rolloutscope.replay.telemetry import Telemetry
 from rolloutscope.store.fit import COPIED
 from rolloutscope.vocabulary import Attr, ResourceAttr
+from tests.collectors.test_span_encoder import _replay_spans, renamed, sdk_tracer
 
 TABLES = ("spans", "span_events", "span_links")
 T0 = 1_800_000_000 * 10**9
@@ -158,11 +158,7 @@ def test_the_random_spans_cover_both_encoders() -> None:
 
 # ---- the spans real code makes -----------------------------------------------------------
 def _sdk_spans() -> list[ReadableSpan]:
-    out = InMemorySpanExporter()
-    provider = TracerProvider(resource=Resource({ResourceAttr.SERVICE_NAME: "svc",
-                                                 ResourceAttr.RUN_ID: "run-1"}))
-    provider.add_span_processor(SimpleSpanProcessor(out))
-    tracer = provider.get_tracer("tests.fast_encode", "1.2")
+    out, tracer = sdk_tracer("tests.fast_encode")
     for i in range(40):
         with tracer.start_as_current_span(Attr.RL_ATTEMPT, kind=SpanKind.CLIENT, attributes={
                 Attr.ROLLOUT_ID: f"p{i}-0", Attr.PROMPT_IDX: i, Attr.RL_ATTEMPT: 0,
@@ -178,19 +174,6 @@ def _sdk_spans() -> list[ReadableSpan]:
     root = tracer.start_span("linked", start_time=T0,
                              links=[Link(SpanContext(5, 6, False), {"why": "caused"})])
     root.end(end_time=T0 + 1)
-    return list(out.get_finished_spans())
-
-
-def _replay_spans() -> list[ReadableSpan]:
-    out = InMemorySpanExporter()
-    tel = Telemetry(exporter=out, run_id="run-2", scenario="s", seed=3)
-    root = tel.start("svc/a", "root", 1.0, {Attr.PROMPT_IDX: 3})
-    for i in range(5):
-        child = tel.start("svc/a", "child", 1.5 + i, {Attr.ROW_IDX: i}, root)
-        tel.event(child, "ev", 2.0 + i, {Attr.ROLLOUT_ID: f"p{i}"} if i % 2 else {"n": i})
-        tel.end(child, 3.0 + i, {"state": "done"})
-    tel.end(root, 9.0)
-    tel.finish()
     return list(out.get_finished_spans())
 
 
@@ -226,18 +209,8 @@ def test_without_the_compiled_encoder_the_exporter_says_what_it_costs() -> None:
 
 
 def test_a_span_type_the_encoder_does_not_know_is_left_to_the_python_loop() -> None:
-    class Renamed(ReadableSpan):
-        @property
-        def name(self) -> str:
-            return "renamed"
-
     span = _sdk_spans()[1]
-    renamed = Renamed(name=span.name, context=span.context, parent=span.parent,
-                      resource=span.resource, attributes=span.attributes, events=span.events,
-                      links=span.links, kind=span.kind, status=span.status,
-                      start_time=span.start_time, end_time=span.end_time,
-                      instrumentation_scope=span.instrumentation_scope)
-    batch = _same([renamed, span])
+    batch = _same([renamed(span), span])
     assert sum(p.num_rows for p in batch.parts["spans"]) == 1
     assert [row[4] for row in batch.tables["spans"]] == ["renamed"]
 

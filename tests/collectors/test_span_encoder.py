@@ -19,12 +19,18 @@ from rolloutscope.vocabulary import Attr, ResourceAttr
 T0 = 1_800_000_000 * 10**9
 
 
-def _sdk_spans() -> list[ReadableSpan]:
+def sdk_tracer(scope: str) -> tuple[InMemorySpanExporter, trace.Tracer]:
+    """A tracer of the SDK (service ``svc``, run ``run-1``) whose ended spans go to the
+    returned in-memory exporter."""
     out = InMemorySpanExporter()
     provider = TracerProvider(resource=Resource({ResourceAttr.SERVICE_NAME: "svc",
                                                  ResourceAttr.RUN_ID: "run-1"}))
     provider.add_span_processor(SimpleSpanProcessor(out))
-    tracer = provider.get_tracer("tests.encoder", "1.2")
+    return out, provider.get_tracer(scope, "1.2")
+
+
+def _sdk_spans() -> list[ReadableSpan]:
+    out, tracer = sdk_tracer("tests.encoder")
     root = tracer.start_span("root", kind=SpanKind.SERVER, start_time=T0,
                              attributes={Attr.PROMPT_IDX: 7, "list": (1, 2)})
     child = tracer.start_span("child", context=trace.set_span_in_context(root),
@@ -78,19 +84,26 @@ def test_spans_read_field_by_field_give_the_rows_their_public_properties_give(mo
     assert _unordered(_rows(spans)) == direct
 
 
-def test_a_span_type_that_overrides_a_property_is_read_through_it():
-    class Renamed(ReadableSpan):
-        @property
-        def name(self) -> str:
-            return "renamed"
+class Renamed(ReadableSpan):
+    """A span type that overrides a public property (its name)."""
 
+    @property
+    def name(self) -> str:
+        return "renamed"
+
+
+def renamed(span: ReadableSpan) -> Renamed:
+    """``span`` as a ``Renamed``."""
+    return Renamed(name=span.name, context=span.context, parent=span.parent,
+                   resource=span.resource, attributes=span.attributes, events=span.events,
+                   links=span.links, kind=span.kind, status=span.status,
+                   start_time=span.start_time, end_time=span.end_time,
+                   instrumentation_scope=span.instrumentation_scope)
+
+
+def test_a_span_type_that_overrides_a_property_is_read_through_it():
     span = _sdk_spans()[0]
-    renamed = Renamed(name=span.name, context=span.context, parent=span.parent,
-                      resource=span.resource, attributes=span.attributes, events=span.events,
-                      links=span.links, kind=span.kind, status=span.status,
-                      start_time=span.start_time, end_time=span.end_time,
-                      instrumentation_scope=span.instrumentation_scope)
-    rows = _rows([renamed])["spans"]
+    rows = _rows([renamed(span)])["spans"]
     assert len(rows) == 1 and "renamed" in rows[0] and span.name not in rows[0]
 
 
