@@ -35,8 +35,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, Status, StatusCode
 
 from rolloutscope.store.errors import QueueFullError
-from rolloutscope.store.fit import ColumnFitError
-from rolloutscope.store.fit import COPIED
+from rolloutscope.store.fit import COPIED, ColumnFitError
 from rolloutscope.store.rows import RowBatch, attributes_json, span_problem
 from rolloutscope.store.schema import ARROW_SCHEMAS
 from rolloutscope.store.store import RunStore
@@ -153,6 +152,7 @@ _ENCODE_KEYS = {key: i for i, key in enumerate((
     Attr.OPEN_MARKER_FOR))}
 _ENCODE_KEYS.update({key: 16 + 4 * column + rank for column, copy in enumerate(COPIED)
                      for rank, key in enumerate(copy.keys)})
+# each copied column as the C file's COPY_TEXT (0), COPY_INT (1) or COPY_AUTHORITY (2)
 _COPY_KINDS = tuple(2 if copy.column == "server_authority" else 1 if copy.sql == "INTEGER"
                     else 0 for copy in COPIED)
 

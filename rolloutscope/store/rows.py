@@ -541,9 +541,7 @@ def _to_arrow(rows: list[tuple[Any, ...]], schema: pa.Schema,
 def _columns_to_arrow(columns: list, schema: pa.Schema,
                       default_run_id: str | None = None) -> pa.Table:
     arrays = [pa.array(col, type=field.type) for col, field in zip(columns, schema, strict=True)]
-    if default_run_id is not None and schema.names[0] == "run_id" and arrays[0].null_count:
-        arrays[0] = pc.fill_null(arrays[0], default_run_id)
-    return pa.Table.from_arrays(arrays, schema=schema)
+    return _with_run(pa.Table.from_arrays(arrays, schema=schema), default_run_id)
 
 
 def _with_run(rows: pa.Table, default_run_id: str | None) -> pa.Table:
