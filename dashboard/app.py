@@ -5,7 +5,7 @@
   ``start_dashboard(store, live=True)`` returns a handle to stop on shutdown; each browser
   session gets its own ``DataStore`` refreshed by a periodic callback, with a pause toggle;
 - inline in Jupyter: ``build_app(store, live=False)`` (or any single view) in a cell after
-  ``pn.extension()``.
+  ``pn.extension("tabulator")``.
 """
 
 from __future__ import annotations
@@ -298,6 +298,10 @@ def _factory(store: RunStore, *, live: bool, run_id: str | None, refresh_ms: int
              waiting_for: str | None = None, compare: RunStore | None = None):
     def app():
         _quiet_closed_sockets()
+        # Tabulator's script in every page: Panel loads it only for a table in the first
+        # render, so a link that opens on a tab without one (Timeline) left every later table
+        # undrawn ("Tabulator is not defined")
+        pn.extension("tabulator")
         return build_app(store, live=live, run_id=run_id, refresh_ms=refresh_ms,
                          waiting_for=waiting_for, compare=compare)
     return app

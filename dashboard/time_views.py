@@ -181,10 +181,10 @@ class Fleet(TimeView):
         self._streak_note = key_pane(self._streak_text())
         self._router_note = pn.pane.HTML(self._router_text(), stylesheets=[CSS])
         self._backends = text_table(self._backend_rows(), page_size=10)
-        self._backend_part = pn.Column(
+        self._backend_header = pn.pane.Markdown(
             "**Model backends** (from model_calls: each backend a traced model call reached; "
-            "latency is the backend's, tries include retries)", self._backends,
-            sizing_mode="stretch_width")
+            "latency is the backend's, tries include retries)")
+        self._backend_part = pn.Column(sizing_mode="stretch_width")
         self._no_backends = pn.pane.HTML(
             "<span class='rs-note'>Model backends: no traced model call in this run "
             "(gym.model.* spans or a client's calls to a generation route)</span>",
@@ -211,7 +211,11 @@ class Fleet(TimeView):
 
     def _show_empty(self) -> None:
         calls = bool(len(self._backends.value))
-        self._backend_part.visible, self._no_backends.visible = calls, not calls
+        # the table leaves the page rather than hide: Panel 1.9's Tabulator, built but never
+        # rendered inside a hidden parent, loops on its pending resize and freezes the page
+        if calls != bool(self._backend_part.objects):
+            self._backend_part[:] = [self._backend_header, self._backends] if calls else []
+        self._no_backends.visible = not calls
         has = bool(len(self.data.frames["shard_states"]))
         self._plots.visible = has
         if has:
