@@ -265,20 +265,28 @@ class TimeView(View):
         return [pn.pane.Bokeh(fig, sizing_mode="stretch_width") for fig in figures]
 
     def _redraw(self, *_) -> None:
+        """Redraw each plot set whose mark moved, its model edits held and sent as one.
+
+        ``pn.io.hold`` is what makes an edit of Bokeh models safe in every callback Panel runs:
+        a click that reaches the server while a change from the browser is still pending is
+        handled outside the Bokeh document lock, and a bare model edit there raises (Bokeh:
+        "_pending_writes should be non-None…") half-way through the redraw."""
         mark = self._draw_mark()
-        for plots in self._plot_sets:
-            if plots.mark == mark:
-                continue
-            plots.mark = mark
-            fresh = [build() for build, _ in plots.figures]
-            for (_, shown), new in zip(plots.figures, fresh):
-                tf.redraw(shown, new)
-            self._setting_range = True
-            try:
-                plots.x_range.update(start=fresh[0].xlim[0], end=fresh[0].xlim[1])
-            finally:
-                self._setting_range = False
-            self._shown_range = (plots.x_range.start, plots.x_range.end)
+        stale = [plots for plots in self._plot_sets if plots.mark != mark]
+        if not stale:
+            return
+        with pn.io.hold():
+            for plots in stale:
+                plots.mark = mark
+                fresh = [build() for build, _ in plots.figures]
+                for (_, shown), new in zip(plots.figures, fresh):
+                    tf.redraw(shown, new)
+                self._shown_range = tuple(fresh[0].xlim)
+                self._setting_range = True
+                try:
+                    plots.x_range.update(start=fresh[0].xlim[0], end=fresh[0].xlim[1])
+                finally:
+                    self._setting_range = False
 
     def _on_range(self, x_range=None, **_) -> None:
         if x_range is None or None in x_range:

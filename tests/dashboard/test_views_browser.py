@@ -203,3 +203,40 @@ def test_a_link_reopens_the_run_tab_incident_and_range(served, zoo, page):
     chosen = page.locator("select").nth(1).evaluate("s => s.options[s.selectedIndex].text")
     assert "quarantine" in chosen
     assert page.errors == []
+
+
+# A tab and "Whole run" clicked in one task, as a quick hand does: the click reaches the server
+# while the tab change is still pending, and Panel then handles the click outside the Bokeh
+# document lock. The plots it redraws must still move.
+CLICK_TAB_THEN_WHOLE_RUN_JS = """
+(tab) => {
+  const all = [];
+  const walk = (root) => root.querySelectorAll('*').forEach((el) => {
+    all.push(el);
+    if (el.shadowRoot) walk(el.shadowRoot);
+  });
+  walk(document);
+  const header = all.find((el) => el.classList && el.classList.contains('bk-tab')
+                                 && el.innerText.trim() === tab);
+  const button = all.find((el) => el.tagName === 'BUTTON' && el.innerText.trim() === 'Whole run');
+  header.click();
+  button.click();
+}
+"""
+
+
+def test_a_link_to_the_timeline_then_fleet_and_whole_run_at_once(served, page):
+    """Opened on a tab without a table, the page still draws the tables of the next tab, and
+    the redraw a click makes outside the document lock still lands."""
+    open_link(page, served, run="demo", tab="timeline", t0="150", t1="420")
+    figures = plots_drawn(page, 3)
+    assert figures[0][4:6] == pytest.approx([150.0, 420.0])
+    page.evaluate(CLICK_TAB_THEN_WHOLE_RUN_JS, "Fleet")
+    page.wait_for_function(
+        f"() => {{ const f = ({FIGURES_JS})(); return f.length >= 2 && "
+        "f.every((x) => x[4] === 0); }")
+    assert tab_of(page) == "Fleet"
+    page.locator(".tabulator-col-title", has_text="probe fails").first.wait_for()
+    page.locator(".tabulator-cell >> visible=true").first.wait_for()  # the transitions, drawn
+    page.get_by_text("every plot: 0.0 s to").first.wait_for()
+    assert page.errors == []
