@@ -37,7 +37,6 @@ from rolloutscope.dashboard import plots, style, tables
 from rolloutscope.dashboard import time_figures as tf
 from rolloutscope.dashboard import timeline_plot as tl
 from rolloutscope.dashboard.datastore import MAX_DETAIL_ROWS, DataStore
-from rolloutscope.dashboard.story import incident_story, story_html
 
 # load the Bokeh backend (and its option names) without notebook side effects
 hv.renderer("bokeh")
@@ -272,19 +271,19 @@ class TimeView(View):
         handled outside the Bokeh document lock, and a bare model edit there raises (Bokeh:
         "_pending_writes should be non-None…") half-way through the redraw."""
         mark = self._draw_mark()
-        stale = [plots for plots in self._plot_sets if plots.mark != mark]
+        stale = [ps for ps in self._plot_sets if ps.mark != mark]
         if not stale:
             return
         with pn.io.hold():
-            for plots in stale:
-                plots.mark = mark
-                fresh = [build() for build, _ in plots.figures]
-                for (_, shown), new in zip(plots.figures, fresh):
+            for ps in stale:
+                ps.mark = mark
+                fresh = [build() for build, _ in ps.figures]
+                for (_, shown), new in zip(ps.figures, fresh):
                     tf.redraw(shown, new)
                 self._shown_range = tuple(fresh[0].xlim)
                 self._setting_range = True
                 try:
-                    plots.x_range.update(start=fresh[0].xlim[0], end=fresh[0].xlim[1])
+                    ps.x_range.update(start=fresh[0].xlim[0], end=fresh[0].xlim[1])
                 finally:
                     self._setting_range = False
 
