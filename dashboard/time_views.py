@@ -184,11 +184,11 @@ class Fleet(TimeView):
         self._backend_header = pn.pane.Markdown(
             "**Model backends** (from model_calls: each backend a traced model call reached; "
             "latency is the backend's, tries include retries)")
-        self._backend_part = pn.Column(sizing_mode="stretch_width")
         self._no_backends = pn.pane.HTML(
             "<span class='rs-note'>Model backends: no traced model call in this run "
             "(gym.model.* spans or a client's calls to a generation route)</span>",
             stylesheets=[CSS])
+        self._backend_part = pn.Column(sizing_mode="stretch_width")
         self._empty = pn.Column(sizing_mode="stretch_width")
         self._plots = pn.Column(sizing_mode="stretch_width")
         self._show_empty()
@@ -210,12 +210,12 @@ class Fleet(TimeView):
                             ("reported (generation) failures", "■", style.ERROR)], note=note)
 
     def _show_empty(self) -> None:
-        calls = bool(len(self._backends.value))
-        # the table leaves the page rather than hide: Panel 1.9's Tabulator, built but never
-        # rendered inside a hidden parent, loops on its pending resize and freezes the page
-        if calls != bool(self._backend_part.objects):
-            self._backend_part[:] = [self._backend_header, self._backends] if calls else []
-        self._no_backends.visible = not calls
+        # the table or the note, swapped rather than hidden: Panel 1.9's Tabulator, built but
+        # never rendered inside a hidden parent, loops on its pending resize and freezes the page
+        backends = ([self._backend_header, self._backends] if len(self._backends.value)
+                    else [self._no_backends])
+        if self._backend_part.objects != backends:
+            self._backend_part[:] = backends
         has = bool(len(self.data.frames["shard_states"]))
         self._plots.visible = has
         if has:
@@ -276,7 +276,7 @@ class Fleet(TimeView):
                       sizing_mode="stretch_width"),
             pn.Column(plot_title("Worst failure streak per shard"), self._streak_note,
                       self._streaks, width=460)),
-            self._backend_part, self._no_backends, sizing_mode="stretch_width")
+            self._backend_part, sizing_mode="stretch_width")
 
 
 __all__ = ["Fleet", "Timeline"]

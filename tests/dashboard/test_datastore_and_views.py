@@ -256,6 +256,12 @@ class TestLiveRedraw:
         data.version += 1
         assert fleet.revision == data.version and drawn == []
 
+    def test_a_run_without_model_calls_has_the_note_on_the_page_and_no_backend_table(self,
+                                                                                    data):
+        fleet = Fleet(data)  # a table hidden in the page would freeze Panel 1.9's Tabulator
+        assert data.frames["model_calls"].empty
+        assert fleet._backend_part.objects == [fleet._no_backends]
+
     def test_the_app_draws_only_the_tab_on_screen(self, p1_store):
         app = build_app(p1_store, live=False)
         tabs = app[1]
