@@ -30,7 +30,7 @@ from pathlib import Path
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from rolloutscope.cli.serve import READY_PREFIX
+from rolloutscope.cli.serve import DASHBOARD_READY_PREFIX, READY_PREFIX
 from rolloutscope.collectors.client import CollectorClient
 from rolloutscope.collectors.otlp.encode import fill_attributes
 from rolloutscope.vocabulary import Attr, ResourceAttr
@@ -141,12 +141,17 @@ def drive(port: int, pid: int, senders: int, batches: int) -> dict:
 
 
 def start_collector(db: Path) -> tuple[subprocess.Popen, int]:
+    # served as users serve it, with its live dashboard; measured once both are up, so the
+    # dashboard's one-time import (seconds of CPU) is not charged to the spans
     proc = subprocess.Popen([sys.executable, "-m", "rolloutscope", "serve", "--db", str(db),
-                             "--otlp-http-port", "0", "--otlp-grpc-port", "0"],
+                             "--otlp-http-port", "0", "--otlp-grpc-port", "0",
+                             "--dashboard-port", "0"],
                             stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     assert line.startswith(READY_PREFIX), line
     http = dict(p.split("=", 1) for p in line[len(READY_PREFIX):].split())["http"]
+    dashboard = proc.stdout.readline()
+    assert dashboard.startswith(DASHBOARD_READY_PREFIX), dashboard
     return proc, int(http.rsplit(":", 1)[1])
 
 

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import pyarrow as pa
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, Span, TracerProvider
@@ -36,7 +35,7 @@ from opentelemetry.trace import SpanContext, Status, StatusCode
 
 from rolloutscope.store.errors import QueueFullError
 from rolloutscope.store.fit import COPIED, ColumnFitError
-from rolloutscope.store.rows import RowBatch, attributes_json, span_problem
+from rolloutscope.store.rows import RowBatch, arrow_from_buffers, attributes_json, span_problem
 from rolloutscope.store.schema import ARROW_SCHEMAS
 from rolloutscope.store.store import RunStore
 from rolloutscope.vocabulary import Attr, ResourceAttr
@@ -182,18 +181,6 @@ def _warn_if_python_encoder() -> None:
                     ENCODER_FALLBACK_COST)
 
 
-def _arrow_of(columns: list[tuple[Any, ...]], n: int, schema: pa.Schema) -> pa.Table:
-    """The compiled encoder's buffers as an Arrow table of ``schema``."""
-    arrays = []
-    for (valid, offsets, data, nulls), column in zip(columns, schema, strict=True):
-        buffers = [None if valid is None else pa.py_buffer(valid)]
-        if offsets is not None:
-            buffers.append(pa.py_buffer(offsets))
-        buffers.append(pa.py_buffer(data))
-        arrays.append(pa.Array.from_buffers(column.type, n, buffers, null_count=nulls))
-    return pa.Table.from_arrays(arrays, schema=schema)
-
-
 _SPANS, _EVENTS = ARROW_SCHEMAS["spans"], ARROW_SCHEMAS["span_events"]
 
 
@@ -286,9 +273,9 @@ class SpanEncoder:
             span_columns, n_spans, event_columns, n_events, left = self._compiled.encode_spans(
                 spans, self._direct, self._reads_span_directly, self._resource)
             if n_spans:
-                batch.add_arrow("spans", _arrow_of(span_columns, n_spans, _SPANS))
+                batch.add_arrow("spans", arrow_from_buffers(span_columns, n_spans, _SPANS))
             if n_events:
-                batch.add_arrow("span_events", _arrow_of(event_columns, n_events, _EVENTS))
+                batch.add_arrow("span_events", arrow_from_buffers(event_columns, n_events, _EVENTS))
             if not left:
                 return batch
             spans = [spans[i] for i in left]

@@ -1,9 +1,10 @@
 /* Compiled decode of an OTLP ExportTraceServiceRequest (protobuf) into what RowBatch keeps for
- * the spans (a list per column), span_events and span_links tables (tuples per row).
+ * the spans (Arrow buffers per column), span_events and span_links tables (tuples per row).
  *
  * It reads the protobuf wire format directly and writes each attribute map as its JSON text
- * (the text orjson gives for the dict the Python decoder builds), so no Python object is made
- * per attribute, value or event field; the walk over the body runs without the GIL.
+ * (the text orjson gives for the dict the Python decoder builds) and each span's values
+ * straight into Arrow buffers, so no Python object is made per span, attribute or value; the
+ * walk over the body runs without the GIL.
  *
  * It is a fast path, not a second set of rules: it takes a request only when every span in it
  * is stored as sent. Whenever the reference decoder (decode.py) would reject, coerce, dedupe or
@@ -19,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../_json_text.h"
+#include "../_arrow_columns.h"
 
 typedef struct { void *p; size_t n, cap, size; int oom; } vec_t;
 static void *vec_push(vec_t *v) {
@@ -742,51 +743,90 @@ static int walk_request(walk_t *w, const uint8_t *p, size_t n) {
     return ok;
 }
 
-/* ---- pass two: Python objects ----------------------------------------------------------- */
-static PyObject *g_kinds[6], *g_codes[3];
+/* ---- pass two: Arrow buffers for the spans, Python objects for events and links ------- */
+static const char *const g_kind_text[6] = {"INTERNAL", "INTERNAL", "SERVER", "CLIENT",
+                                           "PRODUCER", "CONSUMER"};
+static const char *const g_code_text[3] = {"UNSET", "OK", "ERROR"};
 
 static PyObject *str_of(slice_t s) {
     return PyUnicode_DecodeUTF8((const char *)s.p, (Py_ssize_t)s.n, "strict");
 }
-static PyObject *hex_of(slice_t s) {
+static int put_hex(buf_t *b, slice_t s) {
     static const char hex[] = "0123456789abcdef";
-    PyObject *o = PyUnicode_New((Py_ssize_t)(2 * s.n), 127);
-    if (!o) return NULL;
-    Py_UCS1 *d = PyUnicode_1BYTE_DATA(o);
+    if (!buf_reserve(b, 2 * s.n)) return 0;
+    char *d = b->p + b->n;
     for (size_t i = 0; i < s.n; i++) { d[2 * i] = hex[s.p[i] >> 4]; d[2 * i + 1] = hex[s.p[i] & 15]; }
+    b->n += 2 * s.n;
+    return 1;
+}
+static PyObject *hex_of(slice_t s) {
+    buf_t b = {0};
+    if (!put_hex(&b, s)) { free(b.p); return PyErr_NoMemory(); }
+    PyObject *o = PyUnicode_FromStringAndSize(b.p ? b.p : "", (Py_ssize_t)b.n);
+    free(b.p);
     return o;
 }
 
 typedef struct { const char *json; int has_double; } texts_t;
 
-/* the JSON text of a map, with any doubles formatted now (the GIL is held) */
-static PyObject *text_of(texts_t *t, text_t x) {
-    if (x.len == NO_TEXT) Py_RETURN_NONE;
+/* the JSON text of a map into b, with any doubles formatted now (the GIL is held) */
+static int put_text(buf_t *b, texts_t *t, text_t x) {
     const char *s = t->json + x.off;
-    if (!t->has_double || !memchr(s, DOUBLE_MARK, x.len))
-        return PyUnicode_DecodeUTF8(s, (Py_ssize_t)x.len, "strict");
-    buf_t b = {0};
+    if (!t->has_double || !memchr(s, DOUBLE_MARK, x.len)) return buf_put(b, s, x.len);
     size_t i = 0;
     while (i < x.len) {
         const char *m = memchr(s + i, DOUBLE_MARK, x.len - i);
         size_t upto = m ? (size_t)(m - s) : x.len;
-        buf_put(&b, s + i, upto - i);
+        if (!buf_put(b, s + i, upto - i)) return 0;
         if (!m) break;
         double d; uint64_t u;
         memcpy(&u, m + 1, 8); memcpy(&d, &u, 8);
-        if (!json_double(&b, d)) { free(b.p); return NULL; }
+        if (!json_double(b, d)) return 0;
         i = upto + 9;
     }
-    if (b.oom) { free(b.p); return PyErr_NoMemory(); }
-    PyObject *o = PyUnicode_DecodeUTF8(b.p ? b.p : "", (Py_ssize_t)b.n, "strict");
+    return 1;
+}
+static PyObject *text_of(texts_t *t, text_t x) {
+    if (x.len == NO_TEXT) Py_RETURN_NONE;
+    buf_t b = {0};
+    PyObject *o = NULL;
+    if (put_text(&b, t, x) && !b.oom)
+        o = PyUnicode_DecodeUTF8(b.p ? b.p : "", (Py_ssize_t)b.n, "strict");
+    else if (!PyErr_Occurred())
+        PyErr_NoMemory();
     free(b.p);
     return o;
+}
+/* a column's value for a JSON text: the text, or NULL for a map that was not there */
+static int col_text(col_t *c, texts_t *t, text_t x) {
+    if (x.len == NO_TEXT) return col_str(c, NULL, 0);
+    if (!put_text(&c->data, t, x)) return 0;
+    int32_t off = (int32_t)c->data.n;
+    return buf_put(&c->offsets, &off, 4) && col_bit(c, 1);
+}
+/* a string value (never NULL: an empty string has no bytes to point at) */
+static int col_slice(col_t *c, slice_t s) {
+    return col_str(c, s.p ? (const char *)s.p : "", (Py_ssize_t)s.n);
+}
+static int col_null(col_t *c) {
+    return c->type == T_STR ? col_str(c, NULL, 0) : col_int(c, 0, 0);
+}
+static int col_hex(col_t *c, slice_t s) {
+    if (!put_hex(&c->data, s)) return 0;
+    int32_t off = (int32_t)c->data.n;
+    return buf_put(&c->offsets, &off, 4) && col_bit(c, 1);
 }
 
 #define SET(tuple, i, expr) do { PyObject *_o = (expr); if (!_o) goto fail; \
                                  PyTuple_SET_ITEM(tuple, i, _o); } while (0)
 #define NEWREF(o) (Py_INCREF(o), (o))
 
+/* a promoted value into its column: promo_ok admitted only values of the column's type */
+static int col_promo(col_t *c, promo_t *p) {
+    if (p->kind == 1) return col_slice(c, p->s);
+    if (p->kind == 2) return col_int(c, p->i, 1);
+    return col_null(c);
+}
 static PyObject *promo_obj(promo_t *p) {
     if (p->kind == 1) return str_of(p->s);
     if (p->kind == 2) return PyLong_FromLongLong(p->i);
@@ -814,32 +854,25 @@ static int decimal_int32(slice_t s, int64_t *out) {
 /* a copied value as the JSON's string holds it: a string's text, bytes' hex digits; 0 when
  * the JSON holds no string */
 static int json_string_of(promo_t *p, buf_t *b) {
-    static const char hex[] = "0123456789abcdef";
     if (p->kind == 1) return buf_put(b, p->s.p, p->s.n);
     if (p->kind != 5) return 0;
-    for (size_t i = 0; i < p->s.n; i++) {
-        buf_ch(b, hex[p->s.p[i] >> 4]);
-        buf_ch(b, hex[p->s.p[i] & 15]);
-    }
-    return 1;
+    return put_hex(b, p->s);
 }
 
-/* one copied column's value (fit.copy_text, copy_int, copy_authority) */
-static PyObject *copy_obj(const copy_t *c, promo_t *promo) {
+/* one copied column's value (fit.copy_text, copy_int, copy_authority) into its column */
+static int col_copy(col_t *col, const copy_t *c, promo_t *promo) {
     promo_t *p = NULL;
     int rank = 0;
     for (; rank < c->n; rank++) {
         int kind = promo[c->keys[rank]].kind;
         if (kind && kind != 4) { p = &promo[c->keys[rank]]; break; }  /* not null */
     }
-    if (!p) Py_RETURN_NONE;
+    if (!p) return col_null(col);
     if (p->kind == 1 && (c->kind == COPY_TEXT || (c->kind == COPY_AUTHORITY && rank == 0)))
-        return str_of(p->s);  /* the usual case: no copy of the text */
-    if (c->kind == COPY_INT && p->kind == 2) {
-        if (p->i >= INT32_MIN && p->i <= INT32_MAX) return PyLong_FromLongLong(p->i);
-        Py_RETURN_NONE;
-    }
-    if (c->kind == COPY_AUTHORITY && rank == 2) Py_RETURN_NONE;  /* a port alone */
+        return col_slice(col, p->s);  /* the usual case */
+    if (c->kind == COPY_INT && p->kind == 2)
+        return col_int(col, p->i, p->i >= INT32_MIN && p->i <= INT32_MAX);
+    if (c->kind == COPY_AUTHORITY && rank == 2) return col_null(col);  /* a port alone */
     buf_t b = {0};
     int ok = json_string_of(p, &b);
     if (ok && c->kind == COPY_AUTHORITY && rank == 1) {
@@ -849,27 +882,52 @@ static PyObject *copy_obj(const copy_t *c, promo_t *promo) {
         if (port->kind == 2) ok = ok && json_int(&b, port->i);
         else ok = ok && json_string_of(port, &b);
     }
-    PyObject *o;
+    int done;
     if (b.oom) {
-        o = PyErr_NoMemory();
+        done = 0;
     } else if (!ok) {
-        o = NEWREF(Py_None);
+        done = col_null(col);
     } else if (c->kind == COPY_INT) {
         int64_t v;
         slice_t text = {(const uint8_t *)b.p, b.n};
-        o = decimal_int32(text, &v) ? PyLong_FromLongLong(v) : NEWREF(Py_None);
+        done = decimal_int32(text, &v) ? col_int(col, v, 1) : col_null(col);
     } else {
-        o = PyUnicode_DecodeUTF8(b.p ? b.p : "", (Py_ssize_t)b.n, "strict");
+        done = col_str(col, b.p ? b.p : "", (Py_ssize_t)b.n);
     }
     free(b.p);
-    return o;
+    return done;
 }
 
+/* the spans table's column types, in its order (schema._SPAN_COLUMNS) */
+static const int g_span_types[20] = {T_STR, T_STR, T_STR, T_STR, T_STR, T_STR, T_STR, T_I64,
+                                     T_I64, T_STR, T_STR, T_STR, T_I32, T_I64, T_STR, T_STR,
+                                     T_I32, T_STR, T_STR, T_STR};
 
-/* The spans come out column by column (a list per column of the spans table, in its order),
- * not a tuple per row: the writer hands each column to Arrow as it is, where rows had to be
- * transposed first (zip(*rows) cost about as much as decoding them). Events and links, fewer,
- * stay rows. */
+/* the columns events and links repeat from their span, as Python objects (only for spans
+ * that have events or links) */
+enum { J_RUN, J_TRACE, J_SPAN, J_NAME, J_ROLLOUT, J_ATTEMPT, J_PROMPT, J_CHECKPOINT, J_SHARD,
+       N_JOIN };
+static int join_objs(span_t *sp, res_t *r, PyObject *o[N_JOIN]) {
+    promo_t *rollout = sp->promo[K_ROLLOUT].kind ? &sp->promo[K_ROLLOUT]
+                                                 : &sp->promo[K_EP_ROLLOUT];
+    promo_t *attempt = sp->promo[K_ATTEMPT].kind ? &sp->promo[K_ATTEMPT]
+                                                 : &sp->promo[K_EP_ATTEMPT];
+    o[J_RUN] = sp->promo[K_RUN].kind == 1 ? str_of(sp->promo[K_RUN].s)
+               : r->has_run ? str_of(r->run_id) : NEWREF(Py_None);
+    o[J_TRACE] = hex_of(sp->trace_id);
+    o[J_SPAN] = hex_of(sp->span_id);
+    o[J_NAME] = str_of(sp->name);
+    o[J_ROLLOUT] = promo_obj(rollout);
+    o[J_ATTEMPT] = promo_obj(attempt);
+    o[J_PROMPT] = promo_obj(&sp->promo[K_PROMPT]);
+    o[J_CHECKPOINT] = promo_obj(&sp->promo[K_CHECKPOINT]);
+    o[J_SHARD] = promo_obj(&sp->promo[K_SHARD]);
+    for (int k = 0; k < N_JOIN; k++) if (!o[k]) return 0;
+    return 1;
+}
+
+/* The spans come out as Arrow buffers, column by column (see _arrow_columns.h); events and
+ * links, fewer, as rows of Python objects. */
 static PyObject *build(walk_t *w) {
     texts_t texts = {w->json.p, w->has_double};
     span_t *spans = w->spans.p;
@@ -877,70 +935,71 @@ static PyObject *build(walk_t *w) {
     event_t *events = w->events.p;
     link_t *links = w->links.p;
     Py_ssize_t n = (Py_ssize_t)w->spans.n;
-    PyObject *col[SPAN_COLUMNS] = {0};
+    col_t col[SPAN_COLUMNS];
     PyObject *span_cols = PyList_New(SPAN_COLUMNS);
     PyObject *event_rows = PyList_New((Py_ssize_t)w->events.n);
     PyObject *link_rows = PyList_New((Py_ssize_t)w->links.n);
-    PyObject **res_objs = calloc(w->res.n * 3 + 1, sizeof *res_objs);
-    if (!span_cols || !event_rows || !link_rows || !res_objs) goto fail;
-    for (int c = 0; c < SPAN_COLUMNS; c++) {
-        col[c] = PyList_New(n);  /* NULL items until set: a failure part way frees them */
-        if (!col[c]) goto fail;
-        PyList_SET_ITEM(span_cols, c, col[c]);
-    }
+    PyObject *join[N_JOIN] = {0};
+    /* each resource's JSON once, its doubles formatted */
+    buf_t res_json = {0};
+    size_t *res_off = calloc(w->res.n + 1, sizeof *res_off);
+    for (int c = 0; c < SPAN_COLUMNS; c++)
+        col_init(&col[c], c < 20 ? g_span_types[c]
+                          : g_copies[c - 20].kind == COPY_INT ? T_I32 : T_STR);
+    if (!span_cols || !event_rows || !link_rows || !res_off) goto fail;
     for (size_t i = 0; i < w->res.n; i++) {
-        res_t *r = &resources[i];
-        PyObject *json = text_of(&texts, r->json);
-        if (!json) goto fail;
-        res_objs[3 * i] = json;
-        res_objs[3 * i + 1] = r->has_service ? str_of(r->service) : NEWREF(Py_None);
-        res_objs[3 * i + 2] = r->has_run ? str_of(r->run_id) : NEWREF(Py_None);
-        if (!res_objs[3 * i + 1] || !res_objs[3 * i + 2]) goto fail;
+        res_off[i] = res_json.n;
+        if (resources[i].json.len != NO_TEXT && !put_text(&res_json, &texts, resources[i].json))
+            goto nomem;
     }
+    res_off[w->res.n] = res_json.n;
     size_t ev_i = 0, lk_i = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         span_t *sp = &spans[i];
-        PyObject **res = &res_objs[3 * sp->res];
-#define COL(c, expr) do { PyObject *_o = (expr); if (!_o) goto fail; \
-                          PyList_SET_ITEM(col[c], i, _o); } while (0)
-        COL(0, sp->promo[K_RUN].kind == 1 ? str_of(sp->promo[K_RUN].s) : NEWREF(res[2]));
-        COL(1, hex_of(sp->trace_id));
-        COL(2, hex_of(sp->span_id));
-        COL(3, sp->parent.n ? hex_of(sp->parent) : NEWREF(Py_None));
-        COL(4, str_of(sp->name));
-        COL(5, NEWREF(g_kinds[sp->kind < 6 ? sp->kind : 0]));
-        COL(6, NEWREF(res[1]));
-        COL(7, PyLong_FromUnsignedLongLong(sp->start));
-        COL(8, PyLong_FromUnsignedLongLong(sp->end));
-        COL(9, NEWREF(g_codes[sp->code < 3 ? sp->code : 0]));
-        COL(10, sp->status_msg.n ? str_of(sp->status_msg) : NEWREF(Py_None));
+        res_t *r = &resources[sp->res];
         promo_t *rollout = sp->promo[K_ROLLOUT].kind ? &sp->promo[K_ROLLOUT]
                                                      : &sp->promo[K_EP_ROLLOUT];
         promo_t *attempt = sp->promo[K_ATTEMPT].kind ? &sp->promo[K_ATTEMPT]
                                                      : &sp->promo[K_EP_ATTEMPT];
-        COL(11, promo_obj(rollout));
-        COL(12, promo_obj(attempt));
-        COL(13, promo_obj(&sp->promo[K_PROMPT]));
-        COL(14, promo_obj(&sp->promo[K_CHECKPOINT]));
-        COL(15, promo_obj(&sp->promo[K_KIND]));
-        COL(16, promo_obj(&sp->promo[K_SHARD]));
-        COL(17, text_of(&texts, sp->attrs));
-        COL(18, NEWREF(res[0]));
-        COL(19, sp->has_scope ? str_of(sp->scope) : NEWREF(Py_None));
-        for (int k = 0; k < N_COPIES; k++) COL(20 + k, copy_obj(&g_copies[k], sp->promo));
-#undef COL
-#define AT(c) PyList_GET_ITEM(col[c], i)
+        int kind = sp->kind < 6 ? sp->kind : 0, code = sp->code < 3 ? sp->code : 0;
+        int ok = (sp->promo[K_RUN].kind == 1 ? col_slice(&col[0], sp->promo[K_RUN].s)
+                  : r->has_run ? col_slice(&col[0], r->run_id) : col_null(&col[0]))
+            && col_hex(&col[1], sp->trace_id)
+            && col_hex(&col[2], sp->span_id)
+            && (sp->parent.n ? col_hex(&col[3], sp->parent) : col_null(&col[3]))
+            && col_slice(&col[4], sp->name)
+            && col_str(&col[5], g_kind_text[kind], (Py_ssize_t)strlen(g_kind_text[kind]))
+            && (r->has_service ? col_slice(&col[6], r->service) : col_null(&col[6]))
+            && col_int(&col[7], (int64_t)sp->start, 1)
+            && col_int(&col[8], (int64_t)sp->end, 1)
+            && col_str(&col[9], g_code_text[code], (Py_ssize_t)strlen(g_code_text[code]))
+            && (sp->status_msg.n ? col_slice(&col[10], sp->status_msg) : col_null(&col[10]))
+            && col_promo(&col[11], rollout)
+            && col_promo(&col[12], attempt)
+            && col_promo(&col[13], &sp->promo[K_PROMPT])
+            && col_promo(&col[14], &sp->promo[K_CHECKPOINT])
+            && col_promo(&col[15], &sp->promo[K_KIND])
+            && col_promo(&col[16], &sp->promo[K_SHARD])
+            && col_text(&col[17], &texts, sp->attrs)
+            && (r->json.len == NO_TEXT ? col_null(&col[18])
+                : col_str(&col[18], res_json.p + res_off[sp->res],
+                          (Py_ssize_t)(res_off[sp->res + 1] - res_off[sp->res])))
+            && (sp->has_scope ? col_slice(&col[19], sp->scope) : col_null(&col[19]));
+        for (int k = 0; ok && k < N_COPIES; k++) ok = col_copy(&col[20 + k], &g_copies[k], sp->promo);
+        if (!ok) goto nomem;
+        if (!sp->ev_n && !sp->lk_n) continue;
+        if (!join_objs(sp, r, join)) goto fail;
         for (size_t j = 0; j < sp->ev_n; j++, ev_i++) {
             event_t *ev = &events[sp->ev_first + j];
             PyObject *er = PyTuple_New(12);
             if (!er) goto fail;
             PyList_SET_ITEM(event_rows, (Py_ssize_t)ev_i, er);
-            int from[] = {0, 1, 2, 4};
-            for (int k = 0; k < 4; k++) SET(er, k, NEWREF(AT(from[k])));
+            int from[] = {J_RUN, J_TRACE, J_SPAN, J_NAME};
+            for (int k = 0; k < 4; k++) SET(er, k, NEWREF(join[from[k]]));
             SET(er, 4, str_of(ev->name));
             SET(er, 5, PyLong_FromUnsignedLongLong(ev->time));
-            int inherit[] = {11, 12, 13, 14, 16};
-            for (int k = 0; k < 5; k++) SET(er, 6 + k, NEWREF(AT(inherit[k])));
+            int inherit[] = {J_ROLLOUT, J_ATTEMPT, J_PROMPT, J_CHECKPOINT, J_SHARD};
+            for (int k = 0; k < 5; k++) SET(er, 6 + k, NEWREF(join[inherit[k]]));
             SET(er, 11, text_of(&texts, ev->attrs));
         }
         for (size_t j = 0; j < sp->lk_n; j++, lk_i++) {
@@ -948,21 +1007,28 @@ static PyObject *build(walk_t *w) {
             PyObject *lr = PyTuple_New(6);
             if (!lr) goto fail;
             PyList_SET_ITEM(link_rows, (Py_ssize_t)lk_i, lr);
-            for (int k = 0; k < 3; k++) SET(lr, k, NEWREF(AT(k)));
+            for (int k = 0; k < 3; k++) SET(lr, k, NEWREF(join[k]));
             SET(lr, 3, hex_of(lk->trace_id));
             SET(lr, 4, hex_of(lk->span_id));
             SET(lr, 5, text_of(&texts, lk->attrs));
         }
-#undef AT
+        for (int k = 0; k < N_JOIN; k++) Py_CLEAR(join[k]);
     }
-    for (size_t i = 0; i < w->res.n * 3; i++) Py_XDECREF(res_objs[i]);
-    free(res_objs);
+    if (res_json.oom) goto nomem;
+    for (int c = 0; c < SPAN_COLUMNS; c++) {
+        PyObject *o = col_obj(&col[c]);
+        if (!o) goto fail;
+        PyList_SET_ITEM(span_cols, c, o);
+    }
+    for (int c = 0; c < SPAN_COLUMNS; c++) col_free(&col[c]);
+    free(res_json.p); free(res_off);
     return Py_BuildValue("(NNNn)", span_cols, event_rows, link_rows, n);
+nomem:
+    if (!PyErr_Occurred()) PyErr_NoMemory();
 fail:
-    if (res_objs) {
-        for (size_t i = 0; i < w->res.n * 3; i++) Py_XDECREF(res_objs[i]);
-        free(res_objs);
-    }
+    for (int k = 0; k < N_JOIN; k++) Py_XDECREF(join[k]);
+    for (int c = 0; c < SPAN_COLUMNS; c++) col_free(&col[c]);
+    free(res_json.p); free(res_off);
     Py_XDECREF(span_cols); Py_XDECREF(event_rows); Py_XDECREF(link_rows);
     return NULL;
 }
@@ -972,7 +1038,8 @@ static void walk_free(walk_t *w) {
 }
 
 /* decode_traces(body, max_items, max_attributes, max_value_bytes, max_events, max_links)
- * -> (span_columns, event_rows, link_rows, accepted) or None (decode with the reference) */
+ * -> (span_columns, event_rows, link_rows, accepted) or None (decode with the reference);
+ * span_columns: (validity, offsets, data, null count) per column of the spans table */
 static PyObject *decode_traces(PyObject *self, PyObject *args) {
     Py_buffer body;
     unsigned long long li, la, lb, le, ll;
@@ -1069,15 +1136,5 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__fastdecode(void) {
-    const char *kinds[] = {"INTERNAL", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER"};
-    const char *codes[] = {"UNSET", "OK", "ERROR"};
-    for (int i = 0; i < 6; i++) {
-        g_kinds[i] = PyUnicode_InternFromString(kinds[i]);
-        if (!g_kinds[i]) return NULL;
-    }
-    for (int i = 0; i < 3; i++) {
-        g_codes[i] = PyUnicode_InternFromString(codes[i]);
-        if (!g_codes[i]) return NULL;
-    }
     return PyModule_Create(&module);
 }

@@ -18,7 +18,8 @@ import os
 
 from rolloutscope.collectors.otlp.limits import DecodeLimits
 from rolloutscope.store.fit import COPIED
-from rolloutscope.store.rows import RowBatch
+from rolloutscope.store.rows import RowBatch, arrow_from_buffers
+from rolloutscope.store.schema import ARROW_SCHEMAS
 from rolloutscope.vocabulary import Attr, ResourceAttr
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,7 @@ def _load():
 
 
 _module, unavailable = _load()
+_SPANS = ARROW_SCHEMAS["spans"]
 _warned = False
 
 
@@ -79,7 +81,7 @@ def decode_traces(body: bytes, limits: DecodeLimits):
 
     batch = RowBatch()
     if accepted:
-        batch.add_columns("spans", span_columns)
+        batch.add_arrow("spans", arrow_from_buffers(span_columns, accepted, _SPANS))
     if events:
         batch.tables["span_events"] = events
     if links:

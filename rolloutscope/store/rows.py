@@ -234,8 +234,8 @@ def text_problem(**fields: Any) -> str | None:
 class RowBatch:
     """Rows for several tables, each kept as a list of tuples in the table's column order
     (one append per row; the transpose to columns happens once, in C, in ``arrow``), and rows
-    the compiled decoder hands over already as columns (``add_columns``: a list per column,
-    which ``arrow`` takes as they are). Not thread-safe; hand it to the writer whole.
+    that come already in Arrow (``add_arrow``: the compiled decoder's and encoder's), which
+    ``arrow`` takes as they are. Not thread-safe; hand it to the writer whole.
 
     Every value is fitted to its column as it is added (``rolloutscope.store.fit``): a span,
     event or row that cannot be stored raises ``ColumnFitError`` and adds nothing, so one bad
@@ -243,15 +243,13 @@ class RowBatch:
     ``MAX_NOTES`` are described in ``notes``.
 
     ``append_span`` is the entry point the exporter and the OTLP decoder share (positional,
-    no copies); ``add_span`` is its keyword form for everyone else. Rows the exporter's
-    compiled encoder made come as Arrow tables (``add_arrow``), used as they are.
+    no copies); ``add_span`` is its keyword form for everyone else.
     """
 
-    __slots__ = ("tables", "columns", "parts", "rows", "coerced", "notes")
+    __slots__ = ("tables", "parts", "rows", "coerced", "notes")
 
     def __init__(self) -> None:
         self.tables: dict[str, list[tuple[Any, ...]]] = {}
-        self.columns: dict[str, list[list[Any]]] = {}
         self.parts: dict[str, list[pa.Table]] = {}
         self.rows = 0
         self.coerced = 0
@@ -453,24 +451,9 @@ class RowBatch:
         self._rows(table).append(tuple(map(values.get, spec.names)))
         self.rows += 1
 
-    def add_columns(self, table: str, columns: list[list[Any]]) -> None:
-        """Rows of ``table`` given as one list per column, in the table's column order, with
-        values fitted as ``append_span`` fits them (the compiled decoder's). The lists are
-        kept, not copied: the caller hands them over."""
-        n = len(columns[0]) if columns else 0
-        if len(columns) != len(_SPECS[table].names) or any(len(c) != n for c in columns):
-            raise ValueError(f"{table}: {len(columns)} columns of unequal or wrong length")
-        have = self.columns.get(table)
-        if have is None:
-            self.columns[table] = columns
-        else:
-            for mine, more in zip(have, columns, strict=True):
-                mine.extend(more)
-        self.rows += n
-
     def add_arrow(self, table: str, rows: pa.Table) -> None:
         """Rows of ``table`` already in Arrow, with its schema and values fitted as
-        ``append_span`` fits them (the compiled encoder's); kept as they are."""
+        ``append_span`` fits them (the compiled decoder's and encoder's); kept as they are."""
         if rows.schema != ARROW_SCHEMAS[table]:
             raise ValueError(f"{table}: an Arrow table whose schema is not the table's")
         if rows.num_rows:
@@ -482,23 +465,14 @@ class RowBatch:
             self._rows(table).extend(rows)
         for table, parts in other.parts.items():
             self.parts.setdefault(table, []).extend(parts)  # immutable: shared, not copied
-        for table, columns in other.columns.items():
-            have = self.columns.get(table)
-            if have is None:  # copied: ``other`` may be committed on its own later
-                self.columns[table] = [list(c) for c in columns]
-            else:
-                for mine, more in zip(have, columns, strict=True):
-                    mine.extend(more)
         self.rows += other.rows
         self.coerced += other.coerced
 
     def row_tuples(self, table: str) -> list[tuple[Any, ...]]:
         """Every row of ``table`` as a tuple in its column order (the ones added as Arrow
-        first, then as columns, then as rows): for tests and diagnostics, not the write path."""
-        columns = self.columns.get(table)
+        first, then as rows): for tests and diagnostics, not the write path."""
         return [*(row for part in self.parts.get(table, ())
                   for row in zip(*(c.to_pylist() for c in part.columns), strict=True)),
-                *(zip(*columns, strict=True) if columns else ()),
                 *self.tables.get(table, ())]
 
     def arrow(self, table: str, *, default_run_id: str | None = None) -> pa.Table | None:
@@ -514,23 +488,34 @@ class RowBatch:
         """``arrow(table)`` in slices of at most ``rows_per_slice`` rows, each made as it is
         asked for."""
         schema = ARROW_SCHEMAS[table]
-        for part in self.parts.get(table, ()):
-            for start in range(0, part.num_rows, rows_per_slice):
-                piece = part if part.num_rows <= rows_per_slice else part.slice(
+        parts = self.parts.get(table)
+        if parts:
+            # the requests of a grouped commit as one table of many chunks (no copy): one
+            # insert per slice, not one per request
+            whole = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+            for start in range(0, whole.num_rows, rows_per_slice):
+                piece = whole if whole.num_rows <= rows_per_slice else whole.slice(
                     start, rows_per_slice)
                 yield _with_run(piece, default_run_id)
-        columns = self.columns.get(table)
-        if columns and columns[0]:
-            n = len(columns[0])
-            for start in range(0, n, rows_per_slice):
-                part = columns if n <= rows_per_slice else [
-                    c[start:start + rows_per_slice] for c in columns]
-                yield _columns_to_arrow(part, schema, default_run_id)
         rows = self.tables.get(table)
         if not rows:
             return
         for start in range(0, len(rows), rows_per_slice):
             yield _to_arrow(rows[start:start + rows_per_slice], schema, default_run_id)
+
+
+def arrow_from_buffers(columns: list[tuple[Any, ...]], n: int, schema: pa.Schema) -> pa.Table:
+    """An Arrow table of ``schema`` from compiled code's buffers: per column, (validity bytes
+    or None, offsets bytes or None, data bytes, null count), as collectors/_arrow_columns.h
+    makes them. The bytes become the arrays' buffers; nothing is copied."""
+    arrays = []
+    for (valid, offsets, data, nulls), column in zip(columns, schema, strict=True):
+        buffers = [None if valid is None else pa.py_buffer(valid)]
+        if offsets is not None:
+            buffers.append(pa.py_buffer(offsets))
+        buffers.append(pa.py_buffer(data))
+        arrays.append(pa.Array.from_buffers(column.type, n, buffers, null_count=nulls))
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def _to_arrow(rows: list[tuple[Any, ...]], schema: pa.Schema,

@@ -143,7 +143,9 @@ def test_random_spans_give_the_python_encoders_rows(spans) -> None:
 def test_the_random_spans_cover_both_encoders() -> None:
     seen = {"taken": 0, "left": 0}
 
-    @settings(max_examples=200, derandomize=True, database=None, deadline=None,
+    # 300 lists of 1-8 spans: ~300 taken and ~600 left, well clear of the floors below
+    # whatever sequence hypothesis draws (at 200 lists one sequence gave 198 taken)
+    @settings(max_examples=300, derandomize=True, database=None, deadline=None,
               suppress_health_check=[HealthCheck.too_slow])
     @given(st.lists(_span(), min_size=1, max_size=8))
     def count(spans) -> None:
