@@ -98,6 +98,11 @@ class CollectorConfig:
     """gRPC exports being read, decoded or committed at once (each message is in memory)."""
     store_memory_mib: int = DEFAULT_STORE_MEMORY_MIB
     """DuckDB's memory limit for the run file (writer, views, queries); it spills past it."""
+    store_threads: int | None = None
+    """DuckDB's threads for the run file (writer, views, queries); None: DuckDB's default, one
+    per core. One thread halves the writer's CPU per span (a commit's parallel insert hands its
+    rows between threads) and slows the live views of a large run (README, "Collecting from
+    real processes")."""
 
     def __post_init__(self) -> None:
         check_bind(self.host, self.token)
@@ -105,6 +110,8 @@ class CollectorConfig:
                      "store_memory_mib"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.store_threads is not None and self.store_threads < 1:
+            raise ValueError(f"store_threads must be positive, got {self.store_threads}")
         for name in ("header_timeout_s", "body_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
@@ -249,7 +256,7 @@ class CollectorService:
     async def _start(self, stack: contextlib.AsyncExitStack) -> None:
         cfg = self.config
         # entered first, closed last: close() drains the writer's queue into the file
-        self.store = stack.enter_context(RunStore(cfg.db_path))
+        self.store = stack.enter_context(RunStore(cfg.db_path, threads=cfg.store_threads))
         with self.store.cursor() as cur:
             # the store never reads or writes other files: no COPY/ATTACH/INSTALL, and no
             # query through the read endpoint can reach the file system (see query.py)

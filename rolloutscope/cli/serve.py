@@ -60,7 +60,8 @@ def config_from_args(args: argparse.Namespace) -> CollectorConfig:
             commit_when_idle=args.commit_when_idle,
             max_inflight_bytes=int(args.max_inflight_mib * MiB),
             max_connections=args.max_connections, header_timeout_s=args.header_timeout_s,
-            body_timeout_s=args.body_timeout_s, store_memory_mib=args.store_memory_mib)
+            body_timeout_s=args.body_timeout_s, store_memory_mib=args.store_memory_mib,
+            store_threads=args.store_threads)
     except (BindRefusedError, ValueError, argparse.ArgumentTypeError) as exc:
         raise UsageError(str(exc)) from None
 
@@ -229,6 +230,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="time a request has to send its body")
     p.add_argument("--store-memory-mib", type=int, default=CollectorConfig.store_memory_mib,
                    help="DuckDB's memory limit for the run file (it spills to disk past it)")
+    p.add_argument("--store-threads", type=int, default=None,
+                   help="DuckDB's threads for the run file (default: one per core); 1 halves "
+                        "the writer's CPU per span and slows the live views of a large run")
     p.add_argument("--dashboard-port", type=_port, default=5006,
                    help="live dashboard on 127.0.0.1 at this port (0 picks a free one)")
     p.add_argument("--no-dashboard", action="store_true", help="collect only")

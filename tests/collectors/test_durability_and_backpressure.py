@@ -181,3 +181,24 @@ def test_the_served_collector_froze_its_set_up_heap(collector):
     gc = collector.client.metrics()["gc"]
     assert gc["frozen_objects"] > 50_000, gc
     assert len(gc["collections"]) == 3 and all(n >= 0 for n in gc["collections"]), gc
+
+
+def test_serve_store_threads_sets_the_run_files_duckdb_threads(tmp_path):
+    from rolloutscope.cli import build_parser
+    from rolloutscope.cli import UsageError
+    from rolloutscope.cli.serve import config_from_args
+
+    def config(*flags: str):
+        return config_from_args(build_parser().parse_args(
+            ["serve", "--db", str(tmp_path / "run.duckdb"), *flags]))
+
+    assert config().store_threads is None  # DuckDB's default: one per core
+    with pytest.raises(UsageError, match="store_threads must be positive, got 0"):
+        config("--store-threads", "0")
+    # 3: a count DuckDB's default (one per core) does not give on the machines this runs on
+    c = start_collector(tmp_path / "three.duckdb", "--store-threads", "3")
+    try:
+        threads = c.client.query_records("SELECT current_setting('threads') AS n")[0]["n"]
+    finally:
+        c.stop()
+    assert int(threads) == 3
