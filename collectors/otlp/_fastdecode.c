@@ -927,7 +927,8 @@ static int join_objs(span_t *sp, res_t *r, PyObject *o[N_JOIN]) {
 }
 
 /* The spans come out as Arrow buffers, column by column (see _arrow_columns.h); events and
- * links, fewer, as rows of Python objects. */
+ * links, fewer, as rows of Python objects. None: a column past Arrow's 32-bit offsets (only a
+ * body far over the default limits could), which the reference decoder then takes. */
 static PyObject *build(walk_t *w) {
     texts_t texts = {w->json.p, w->has_double};
     span_t *spans = w->spans.p;
@@ -1015,6 +1016,14 @@ static PyObject *build(walk_t *w) {
         for (int k = 0; k < N_JOIN; k++) Py_CLEAR(join[k]);
     }
     if (res_json.oom) goto nomem;
+    for (int c = 0; c < SPAN_COLUMNS; c++) {
+        if (col[c].data.n >= INT32_MAX) {  /* past Arrow's 32-bit offsets: the reference's */
+            for (int k = 0; k < SPAN_COLUMNS; k++) col_free(&col[k]);
+            free(res_json.p); free(res_off);
+            Py_DECREF(span_cols); Py_DECREF(event_rows); Py_DECREF(link_rows);
+            Py_RETURN_NONE;
+        }
+    }
     for (int c = 0; c < SPAN_COLUMNS; c++) {
         PyObject *o = col_obj(&col[c]);
         if (!o) goto fail;
