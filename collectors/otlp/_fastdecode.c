@@ -912,17 +912,18 @@ static int join_objs(span_t *sp, res_t *r, PyObject *o[N_JOIN]) {
                                                  : &sp->promo[K_EP_ROLLOUT];
     promo_t *attempt = sp->promo[K_ATTEMPT].kind ? &sp->promo[K_ATTEMPT]
                                                  : &sp->promo[K_EP_ATTEMPT];
-    o[J_RUN] = sp->promo[K_RUN].kind == 1 ? str_of(sp->promo[K_RUN].s)
-               : r->has_run ? str_of(r->run_id) : NEWREF(Py_None);
-    o[J_TRACE] = hex_of(sp->trace_id);
-    o[J_SPAN] = hex_of(sp->span_id);
-    o[J_NAME] = str_of(sp->name);
-    o[J_ROLLOUT] = promo_obj(rollout);
-    o[J_ATTEMPT] = promo_obj(attempt);
-    o[J_PROMPT] = promo_obj(&sp->promo[K_PROMPT]);
-    o[J_CHECKPOINT] = promo_obj(&sp->promo[K_CHECKPOINT]);
-    o[J_SHARD] = promo_obj(&sp->promo[K_SHARD]);
-    for (int k = 0; k < N_JOIN; k++) if (!o[k]) return 0;
+    /* each made only while none has failed: no call into Python with an error set (the
+     * caller's fail path releases those made) */
+    if (!(o[J_RUN] = sp->promo[K_RUN].kind == 1 ? str_of(sp->promo[K_RUN].s)
+                     : r->has_run ? str_of(r->run_id) : NEWREF(Py_None))) return 0;
+    if (!(o[J_TRACE] = hex_of(sp->trace_id))) return 0;
+    if (!(o[J_SPAN] = hex_of(sp->span_id))) return 0;
+    if (!(o[J_NAME] = str_of(sp->name))) return 0;
+    if (!(o[J_ROLLOUT] = promo_obj(rollout))) return 0;
+    if (!(o[J_ATTEMPT] = promo_obj(attempt))) return 0;
+    if (!(o[J_PROMPT] = promo_obj(&sp->promo[K_PROMPT]))) return 0;
+    if (!(o[J_CHECKPOINT] = promo_obj(&sp->promo[K_CHECKPOINT]))) return 0;
+    if (!(o[J_SHARD] = promo_obj(&sp->promo[K_SHARD]))) return 0;
     return 1;
 }
 

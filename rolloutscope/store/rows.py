@@ -507,7 +507,11 @@ class RowBatch:
 def arrow_from_buffers(columns: list[tuple[Any, ...]], n: int, schema: pa.Schema) -> pa.Table:
     """An Arrow table of ``schema`` from compiled code's buffers: per column, (validity bytes
     or None, offsets bytes or None, data bytes, null count), as collectors/_arrow_columns.h
-    makes them. The bytes become the arrays' buffers; nothing is copied."""
+    makes them. The bytes objects become the arrays' buffers as they are (no copy here).
+
+    ``Array.from_buffers`` checks each array's layout against its type (buffer sizes, the last
+    offset within the data; not every value): a column that compiled code laid out for another
+    schema raises ``pyarrow.ArrowInvalid`` here rather than reading past a buffer later."""
     arrays = []
     for (valid, offsets, data, nulls), column in zip(columns, schema, strict=True):
         buffers = [None if valid is None else pa.py_buffer(valid)]

@@ -75,6 +75,9 @@ def compiled(body: bytes, limits: DecodeLimits):
     decoded = fastdecode.decode_traces(body, limits)
     if decoded is None:
         return None
+    for table in decoded.batch.parts.get("spans", []):
+        # every value, not only the layout: offsets in order, text valid UTF-8, null counts
+        table.validate(full=True)
     return (rows_of(decoded.batch), decoded.accepted,
             decoded.rejected, decoded.message("spans"), decoded.batch.rows)
 

@@ -82,3 +82,25 @@ def test_the_positional_and_keyword_span_entry_points_file_the_same_rows():
         ("00000000000000aa", "0b", None, '{"y":1}')]
     # the marker's events and links arrive with the finished span, not with the marker
     assert positional.arrow("span_events").num_rows == 2
+
+
+def test_compiled_codes_buffers_are_checked_against_the_schema_before_use():
+    """``arrow_from_buffers`` takes its buffers as compiled code laid them out; a column laid
+    out for another schema (a short data buffer, a missing offsets buffer) is an error there,
+    not an array that reads past its buffer later."""
+    import pyarrow as pa
+    import pytest
+
+    from rolloutscope.store.rows import arrow_from_buffers
+
+    schema = pa.schema([("name", pa.string()), ("n", pa.int64())])
+    offsets = b"".join(v.to_bytes(4, "little") for v in (0, 3, 5))
+    good = arrow_from_buffers([(None, offsets, b"abcde", 0),
+                               (None, None, (7).to_bytes(8, "little") * 2, 0)], 2, schema)
+    assert good.to_pydict() == {"name": ["abc", "de"], "n": [7, 7]}
+    with pytest.raises(pa.ArrowInvalid, match="offsets"):  # the offsets pass the data's end
+        arrow_from_buffers([(None, offsets, b"abc", 0),
+                            (None, None, (7).to_bytes(8, "little") * 2, 0)], 2, schema)
+    with pytest.raises(pa.ArrowInvalid):  # eight bytes for two int64 values
+        arrow_from_buffers([(None, offsets, b"abcde", 0),
+                            (None, None, (7).to_bytes(8, "little"), 0)], 2, schema)
