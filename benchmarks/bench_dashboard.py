@@ -157,12 +157,12 @@ def bench_store(label: str, path: Path) -> None:
             DataStore.macro_reads = True
         shown = ticks("b")
         flag = "ok" if max(shown) <= 300 else "OVER"
-        print(f"   refresh ticks, every view drawing (baseline): "
+        print("   refresh ticks, every view drawing (baseline): "
               + ", ".join(f"{t:,.0f}" for t in every) + f" ms ({split('a')})")
-        print(f"   refresh ticks, only the Timeline tab drawing, views filtered on their "
-              f"output (baseline): " + ", ".join(f"{t:,.0f}" for t in filtered)
+        print("   refresh ticks, only the Timeline tab drawing, views filtered on their "
+              "output (baseline): " + ", ".join(f"{t:,.0f}" for t in filtered)
               + f" ms ({split('c')})")
-        print(f"   refresh ticks, only the Timeline tab drawing: "
+        print("   refresh ticks, only the Timeline tab drawing: "
               + ", ".join(f"{t:,.0f}" for t in shown) + f" ms ({split('b')})  median/median: "
               f"{statistics.median(shown) / statistics.median(every):.2f} of every view "
               f"drawing, {statistics.median(shown) / statistics.median(filtered):.2f} of "

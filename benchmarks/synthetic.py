@@ -180,7 +180,7 @@ _WRAPPED_INSERTS = [
         "gym.rollout", 5, "p.start_ns", "p.start_ns + p.dur_ns",
         f"json_object({_ID})::VARCHAR", service="nemo-gym/agent", where="NOT p.released_gym"),
     _span_insert(
-        "gym.model.responses", 6, f"p.start_ns + c.k * p.dur_ns // 6",
+        "gym.model.responses", 6, "p.start_ns + c.k * p.dur_ns // 6",
         f"p.start_ns + (c.k + 1) * p.dur_ns // 6 - {S}::BIGINT",
         f"json_object({_ID}, 'gen_ai.usage.input_tokens', 800, "
         "'gen_ai.usage.output_tokens', 2048)::VARCHAR", service="nemo-gym/policy", copies=6,
@@ -267,7 +267,7 @@ _RELEASED_GYM_INSERTS = [
     # the agent's /run, and the rollout under it
     _gym_span("'POST /run'", "SERVER", "agent", _sid(1), None, "p.start_ns",
               "p.start_ns + p.dur_ns", _server_attrs(AGENT, "'/run'", _RUN_STATUS),
-              status=f"CASE WHEN p.run_failed THEN 'ERROR' ELSE 'UNSET' END",
+              status="CASE WHEN p.run_failed THEN 'ERROR' ELSE 'UNSET' END",
               scope="opentelemetry.instrumentation.fastapi"),
     *_asgi("'POST /run'", "agent", _sid(1), "p.start_ns", "p.start_ns + p.dur_ns", 2),
     _gym_span("'gym.rollout'", "INTERNAL", "agent", _sid(4), _sid(1), "p.start_ns + 2000000",

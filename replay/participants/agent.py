@@ -167,7 +167,7 @@ class AgentParticipant(Participant):
         gen = self._generations.get(episode, -1) + 1
         self._generations[episode] = gen
         key = ExecutionKey(episode.rollout_id, episode.attempt, gen)
-        ex = self._executions[key] = self._live[key] = _Execution(key, episode)
+        self._executions[key] = self._live[key] = _Execution(key, episode)
         self._count[_RUNNING] += 1
         return key
 

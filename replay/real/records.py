@@ -12,7 +12,7 @@ the reference models, reproduce the plugged run exactly.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 

@@ -11,7 +11,6 @@ from rolloutscope.cli import main
 from rolloutscope.collectors.exporter import instrument
 from rolloutscope.vocabulary import Attr, SpanName
 from rolloutscope.dashboard import time_figures as tf
-from rolloutscope.dashboard import timeline_plot as tl
 from rolloutscope.dashboard.app import build_app, websocket_origins
 from rolloutscope.store.rows import RowBatch
 from rolloutscope.dashboard.datastore import INCIDENTS_EVERY, VIEWS, DataStore, ViewSpec

@@ -20,7 +20,7 @@ from rolloutscope.store import RunStore
 from rolloutscope.vocabulary import IncidentKind
 
 from .incident_zoo import build_zoo
-from .test_browser import CANVASES_JS, PLOT_PIXELS_JS, TIMEOUT_MS, launched_browser, new_page
+from .test_browser import PLOT_PIXELS_JS, TIMEOUT_MS, launched_browser, new_page
 
 pytestmark = pytest.mark.slow
 WIDTH = 1600

@@ -69,7 +69,7 @@ CASES = [
                f"record 1 of line order (--start plus 1 x 1e+17 s) {PAST}", bad_line=2, rows=1,
                extra=("--start", "2026-08-20T10:00:00Z", "--interval-s", "1e17")),
     ImportCase("rl-metrics: --start in the year 9999", "rl-metrics",
-               _jsonl({"step": 1, "x": 1}), 2, f"--start: '9999-01-01T00:00:00Z'",
+               _jsonl({"step": 1, "x": 1}), 2, "--start: '9999-01-01T00:00:00Z'",
                extra=("--start", "9999-01-01T00:00:00Z")),
     ImportCase("rl-log: a timestamp in the year 9999", "rl-log",
                [LOG_OK, "[9999-12-31T23:59:59Z] train step 2/10 trainer_v=2 lag=0",
