@@ -942,6 +942,7 @@ static PyObject *build(walk_t *w) {
     PyObject *event_rows = PyList_New((Py_ssize_t)w->events.n);
     PyObject *link_rows = PyList_New((Py_ssize_t)w->links.n);
     PyObject *join[N_JOIN] = {0};
+    int declined = 0;  /* the body goes to the reference decoder: None, no error */
     /* each resource's JSON once, its doubles formatted */
     buf_t res_json = {0};
     size_t *res_off = calloc(w->res.n + 1, sizeof *res_off);
@@ -1017,14 +1018,8 @@ static PyObject *build(walk_t *w) {
         for (int k = 0; k < N_JOIN; k++) Py_CLEAR(join[k]);
     }
     if (res_json.oom) goto nomem;
-    for (int c = 0; c < SPAN_COLUMNS; c++) {
-        if (col[c].data.n >= INT32_MAX) {  /* past Arrow's 32-bit offsets: the reference's */
-            for (int k = 0; k < SPAN_COLUMNS; k++) col_free(&col[k]);
-            free(res_json.p); free(res_off);
-            Py_DECREF(span_cols); Py_DECREF(event_rows); Py_DECREF(link_rows);
-            Py_RETURN_NONE;
-        }
-    }
+    for (int c = 0; c < SPAN_COLUMNS; c++)
+        if (col[c].data.n >= INT32_MAX) { declined = 1; goto fail; }  /* past 32-bit offsets */
     for (int c = 0; c < SPAN_COLUMNS; c++) {
         PyObject *o = col_obj(&col[c]);
         if (!o) goto fail;
@@ -1040,7 +1035,7 @@ fail:
     for (int c = 0; c < SPAN_COLUMNS; c++) col_free(&col[c]);
     free(res_json.p); free(res_off);
     Py_XDECREF(span_cols); Py_XDECREF(event_rows); Py_XDECREF(link_rows);
-    return NULL;
+    return declined ? NEWREF(Py_None) : NULL;
 }
 
 static void walk_free(walk_t *w) {

@@ -26,8 +26,8 @@ log = logging.getLogger(__name__)
 
 FORCE_PYTHON_ENV = "ROLLOUTSCOPE_PYTHON_DECODER"
 FALLBACK_COST = ("decoding OTLP traces in Python costs about twice the receiver CPU per span "
-                 "(about 15-18 us instead of 7-8 us, and ten times the decode alone; "
-                 "benchmarks/bench_collector.py and bench_decode.py measure it)")
+                 "(about 19 us instead of 8, and 5-14 times the decode alone; "
+                 "benchmarks/bench_ingest.py and bench_decode.py measure it)")
 
 # in the order _fastdecode.c indexes them: the promoted keys, then the copied ones as fit.COPIED
 # lists them (its columns in their order, each column's keys in theirs)

@@ -4,7 +4,11 @@ exactly as the keyword one does."""
 
 from __future__ import annotations
 
+import pyarrow as pa
+import pytest
+
 from rolloutscope.store import RowBatch, RunStore
+from rolloutscope.store.rows import arrow_from_buffers
 from rolloutscope.vocabulary import Attr
 
 
@@ -86,13 +90,8 @@ def test_the_positional_and_keyword_span_entry_points_file_the_same_rows():
 
 def test_compiled_codes_buffers_are_checked_against_the_schema_before_use():
     """``arrow_from_buffers`` takes its buffers as compiled code laid them out; a column laid
-    out for another schema (a short data buffer, a missing offsets buffer) is an error there,
-    not an array that reads past its buffer later."""
-    import pyarrow as pa
-    import pytest
-
-    from rolloutscope.store.rows import arrow_from_buffers
-
+    out for another schema (offsets past the end of the text, too few bytes for the values) is
+    an error there, not an array that reads past its buffer later."""
     schema = pa.schema([("name", pa.string()), ("n", pa.int64())])
     offsets = b"".join(v.to_bytes(4, "little") for v in (0, 3, 5))
     good = arrow_from_buffers([(None, offsets, b"abcde", 0),
