@@ -13,8 +13,11 @@ same run, ``--rounds`` times each (the receivers in turn within a round), median
 
 The receivers: an aiohttp server that reads each body and parses it with the same protobuf
 messages and stores nothing (the baseline: the floor any receiver pays); the collector as
-served; and with ``--store-threads 1``. ``bench_ingest.py`` measures the collector against the
-code before its compiled decoder and grouped commits.
+served; and the collector read while it ingests, by a query to its endpoint every second (as a
+watched live dashboard reads it). A reader gets DuckDB's threads back from the writer, which
+commits on one while nothing reads (``RunStore``): the second collector shows what that costs,
+its queries' own CPU included. ``bench_ingest.py`` measures the collector against the code
+before its compiled decoder and grouped commits.
 Run:  .venv/bin/python benchmarks/bench_collector.py [--rounds 3] [--batches 200]
 """
 
@@ -29,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -42,7 +46,8 @@ from rolloutscope.vocabulary import Attr, ResourceAttr
 SPANS_PER_BATCH = 1_000
 TARGET_US = 6.0
 BASELINE = "parse-only baseline"
-COLLECTORS = (("collector (committed)", ()), ("  --store-threads 1", ("--store-threads", "1")))
+COLLECTORS = (("collector (committed)", False), ("  read every second", True))
+READ_EVERY_S = 1.0
 T0 = 1_700_000_000_000_000_000
 
 
@@ -123,25 +128,41 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def drive(port: int, pid: int, senders: int, batches: int) -> dict:
+def drive(port: int, pid: int, senders: int, batches: int, *, read: bool = False) -> dict:
     procs = [subprocess.Popen([sys.executable, __file__, "--role", "sender", "--port", str(port),
                                "--batches", str(batches), "--seed", str(s)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
              for s in range(senders)]
     for p in procs:
         assert p.stdout.readline().strip() == "ready"
+    done = threading.Event()
+    reads: list[int] = []
+
+    def reader() -> None:
+        client = CollectorClient(f"http://127.0.0.1:{port}")
+        while not done.wait(READ_EVERY_S):
+            reads.append(client.query_records("SELECT count(*) AS n FROM spans")[0]["n"])
+
+    watcher = threading.Thread(target=reader, daemon=True)
     cpu0, t0 = cpu_seconds(pid), time.perf_counter()
     for p in procs:
         p.stdin.write("go\n")
         p.stdin.flush()
+    if read:
+        watcher.start()
     results = [json.loads(p.stdout.readline()) for p in procs]
     wall = time.perf_counter() - t0
     cpu = cpu_seconds(pid) - cpu0
+    done.set()
+    if read:
+        watcher.join()
+        assert reads, "the run ended before its first read"
     for p in procs:
         p.wait()
     spans = sum(r["spans"] for r in results)
     latencies = sorted(x for r in results for x in r["latencies"])
     return {"spans": spans, "wall_s": wall, "spans_per_s": spans / wall, "cpu0_s": cpu0,
+            "reads": len(reads),
             "cpu_us_per_span": cpu / spans * 1e6, "retries": sum(r["retries"] for r in results),
             "p50_ms": latencies[len(latencies) // 2] * 1e3,
             "p99_ms": latencies[int(len(latencies) * 0.99)] * 1e3}
@@ -192,10 +213,10 @@ def main() -> None:
                 drive(int(port_file.read_text()), parser_only.pid, args.senders, args.batches))
             parser_only.terminate()
             parser_only.wait()
-            for k, (name, extra) in enumerate(COLLECTORS):
+            for k, (name, read) in enumerate(COLLECTORS):
                 db = Path(tmp) / f"bench{round_}-{k}.duckdb"
                 rounds.setdefault(name, []).append(
-                    run_collector(db, extra, args.senders, args.batches))
+                    run_collector(db, args.senders, args.batches, read=read))
                 db.unlink(missing_ok=True)
 
     print(f"{os.cpu_count()} CPUs; {args.senders} senders x {args.batches} batches x "
@@ -214,7 +235,8 @@ def main() -> None:
               + " / ".join(f"{x['cpu_us_per_span']:.2f}" for x in rs)
               + f" µs; including the shutdown (drain + final checkpoint) "
               f"{r['with_shutdown_us']:.2f} µs; "
-              + ("zero loss" if not lost else f"LOST {lost:,} acknowledged spans"))
+              + ("zero loss" if not lost else f"LOST {lost:,} acknowledged spans")
+              + (f"; {r['reads']:.0f} queries" if r["reads"] else ""))
         print(f"  ratio to the {BASELINE}: throughput "
               f"{r['spans_per_s'] / base['spans_per_s']:.2f}x, CPU per span "
               f"{r['cpu_us_per_span'] / base['cpu_us_per_span']:.2f}x")
@@ -227,9 +249,9 @@ def load() -> str:
     return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} on {os.cpu_count()} CPUs"
 
 
-def run_collector(db: Path, extra: tuple[str, ...], senders: int, batches: int) -> dict:
-    collector, port = start_collector(db, *extra)
-    measured = drive(port, collector.pid, senders, batches)
+def run_collector(db: Path, senders: int, batches: int, *, read: bool = False) -> dict:
+    collector, port = start_collector(db)
+    measured = drive(port, collector.pid, senders, batches, read=read)
     measured["committed"] = CollectorClient(f"http://127.0.0.1:{port}").query_records(
         "SELECT count(*) AS n FROM spans")[0]["n"]
     collector.terminate()

@@ -99,9 +99,9 @@ class CollectorConfig:
     store_memory_mib: int = DEFAULT_STORE_MEMORY_MIB
     """DuckDB's memory limit for the run file (writer, views, queries); it spills past it."""
     store_threads: int | None = None
-    """DuckDB's threads for the run file (writer, views, queries); None: DuckDB's default, one
-    per core. One thread halves the writer's CPU per span (a commit's parallel insert hands its
-    rows between threads) and slows the live views of a large run (README, "Collecting from
+    """DuckDB's threads for the live views and queries of the run file; None: DuckDB's default,
+    one per core. While nothing reads, the writer commits on one thread (``RunStore``), which
+    costs less CPU per span; 1 keeps the views on one thread too (README, "Collecting from
     real processes")."""
 
     def __post_init__(self) -> None:

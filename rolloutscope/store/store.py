@@ -75,12 +75,19 @@ class RunStore:
     """A run store file or lake, opened for writing (creating it if needed) or read-only.
 
     A lake (``lake.py``) admits many writer processes and readers beside them; ``data_path``
-    places a new lake's data files."""
+    places a new lake's data files.
+
+    ``threads``: DuckDB's threads while a reader holds a ``cursor()`` (None: DuckDB's default,
+    one per core). While none has for ``WRITER_ALONE_AFTER_S``, the writer commits on one
+    thread: a commit's insert gains nothing from a second one and paid for it in CPU per span
+    (7.9 against 6.4 µs, ``benchmarks/bench_collector.py``), and a view of a large run loses
+    nothing, since a reader raises the threads again before it runs."""
 
     def __init__(self, path: str | Path | _lake.LakeSpec, *, read_only: bool = False,
                  threads: int | None = None, data_path: str | Path | None = None):
         self.read_only = read_only
         config = {"threads": threads} if threads else {}
+        self._threads = _Threads()
         if _lake.is_lake(path):
             self._init_lake(_lake.parse(path, data_path=data_path), config)
             return
@@ -177,6 +184,11 @@ class RunStore:
         if self.lake is not None:
             cur.execute(f"USE {_lake.ALIAS}")
         return cur
+
+    def writer_alone(self) -> None:
+        """Called by the writer before a commit: one DuckDB thread, unless a reader holds a
+        cursor or has within ``WRITER_ALONE_AFTER_S``."""
+        self._threads.writer_alone(self._con)
 
     @property
     def is_lake(self) -> bool:
@@ -279,11 +291,13 @@ class RunStore:
                 raise translate(exc, path=str(self.path)) from exc
             return
         cur = self.new_cursor()
+        self._threads.reader_in(self._con)
         try:
             yield cur
         except duckdb.Error as exc:
             raise translate(exc, path=str(self.path)) from exc
         finally:
+            self._threads.reader_out()
             cur.close()
 
     def query_df(self, sql: str, params: Sequence[Any] | None = None) -> pd.DataFrame:
@@ -431,6 +445,7 @@ class RunStore:
                 self._con.execute("CHECKPOINT")
         for cur in self._thread_cursors:
             cur.close()
+        self._threads.close()
         self._con.close()
 
     def __enter__(self) -> RunStore:
@@ -438,6 +453,77 @@ class RunStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# how long after the last reader let go of its cursor the writer may go down to one thread:
+# a dashboard's refresh is many queries in a row, and each change of DuckDB's threads starts or
+# joins its worker threads
+WRITER_ALONE_AFTER_S = 0.5
+
+
+class _Threads:
+    """DuckDB's threads for one store: as configured while readers are in, one while the
+    writer is alone. The setting is the database instance's, so it is read and changed on a
+    cursor of its own, under a lock; the writer only ever lowers it and a reader raises it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cur: duckdb.DuckDBPyConnection | None = None
+        self._reading = 0
+        self._read_until = 0.0  # monotonic time before which the writer keeps the threads
+        self._configured: int | None = None  # the threads readers get, read on first use
+        self._lowered = False
+        self._fixed = False  # configured with one thread: nothing to change
+
+    def _execute(self, con: duckdb.DuckDBPyConnection, sql: str) -> list[tuple] | None:
+        """``sql`` on the store's own cursor; None, and no more changes, if DuckDB refuses it
+        (a commit or a query must not fail for want of a thread setting)."""
+        try:
+            if self._cur is None:
+                self._cur = con.cursor()
+            return self._cur.execute(sql).fetchall()
+        except duckdb.Error as exc:
+            log.warning("DuckDB's threads stay as they are: %s failed: %s", sql, exc)
+            self._fixed = True
+            return None
+
+    def reader_in(self, con: duckdb.DuckDBPyConnection) -> None:
+        with self._lock:
+            self._reading += 1
+            if self._lowered and not self._fixed:
+                self._execute(con, f"SET threads = {self._configured}")
+                self._lowered = False
+
+    def reader_out(self) -> None:
+        with self._lock:
+            self._reading -= 1
+            self._read_until = time.monotonic() + WRITER_ALONE_AFTER_S
+
+    def writer_alone(self, con: duckdb.DuckDBPyConnection) -> None:
+        def keep() -> bool:
+            return (self._lowered or self._fixed or self._reading > 0
+                    or time.monotonic() < self._read_until)
+
+        if keep():  # read without the lock first: most commits change nothing
+            return
+        with self._lock:
+            if keep():
+                return
+            if self._configured is None:
+                rows = self._execute(con, "SELECT current_setting('threads')")
+                if rows is None:
+                    return
+                self._configured = int(rows[0][0])
+            if self._configured <= 1:
+                self._fixed = True
+                return
+            self._lowered = self._execute(con, "SET threads = 1") is not None
+
+    def close(self) -> None:
+        with self._lock:
+            if self._cur is not None:
+                self._cur.close()
+                self._cur = None
 
 
 def as_text(values: pd.Series) -> pd.Series:

@@ -257,6 +257,7 @@ class StoreWriter:
             taken = self._gather()
             if not taken:
                 return
+            self._store.writer_alone()
             errors = self._commit_isolated([b for b, _, _, _ in taken])
             with self._cond:
                 for (_, commit, _, _), error in zip(taken, errors, strict=True):

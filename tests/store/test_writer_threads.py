@@ -1,0 +1,151 @@
+"""DuckDB's threads follow the readers: a writer alone commits on one thread, a reader's cursor
+runs on the threads the store was opened with, and the writer lowers them again only once no
+reader has held a cursor for ``WRITER_ALONE_AFTER_S``. The changes never disturb a commit or a
+query running beside them, and the writer's Arrow C stream inserts store every value as sent."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pyarrow as pa
+import pytest
+
+from rolloutscope.store import RowBatch, RunStore
+from rolloutscope.store import store as store_module
+from rolloutscope.store.schema import ARROW_SCHEMAS
+
+
+def _spans(first: int, n: int) -> RowBatch:
+    batch = RowBatch()
+    for i in range(first, first + n):
+        batch.add_span(run_id="r", trace_id=f"{i:032x}", span_id=f"{i:016x}",
+                       parent_span_id=None, name="rl.train_step", kind="INTERNAL",
+                       service="svc", start_ns=i, end_ns=i + 1, status_code="UNSET",
+                       status_message=None, attributes={"i": i}, resource_json=None, scope=None)
+    return batch
+
+
+def _threads(store: RunStore) -> int:
+    # on the owned connection: a cursor() would count as a reader and raise them
+    return store.raw_connection().execute("SELECT current_setting('threads')").fetchall()[0][0]
+
+
+def test_the_writer_alone_commits_on_one_thread_and_a_reader_gets_them_back(
+        store_path, monkeypatch):
+    monkeypatch.setattr(store_module, "WRITER_ALONE_AFTER_S", 0.3)
+    with RunStore(store_path, threads=2) as store:
+        assert _threads(store) == 2
+        writer = store.writer()  # which reads the store's default run: a reader
+        writer.write(_spans(0, 10))
+        assert _threads(store) == 2
+        time.sleep(0.4)
+        writer.write(_spans(40, 10))
+        assert _threads(store) == 1
+        with store.cursor() as cur:
+            assert cur.execute("SELECT current_setting('threads')").fetchall()[0][0] == 2
+            writer.write(_spans(10, 10))  # a commit while a reader is in leaves them
+            assert _threads(store) == 2
+        writer.write(_spans(20, 10))  # and so does one just after it
+        assert _threads(store) == 2
+        time.sleep(0.4)
+        writer.write(_spans(30, 10))
+        assert _threads(store) == 1
+        assert store.query("SELECT count(*) FROM spans") == [(50,)]
+
+
+def test_a_store_opened_with_one_thread_or_without_a_writer_never_changes_them(
+        store_path, monkeypatch):
+    monkeypatch.setattr(store_module, "WRITER_ALONE_AFTER_S", 0.0)
+    with RunStore(store_path, threads=1) as store:
+        store.writer().write(_spans(0, 5))
+        with store.cursor() as cur:
+            assert cur.execute("SELECT current_setting('threads')").fetchall()[0][0] == 1
+        store.writer().write(_spans(5, 5))
+        assert _threads(store) == 1
+    with RunStore(store_path, read_only=True, threads=2) as store:
+        assert store.query("SELECT count(*) FROM spans") == [(10,)]
+        assert _threads(store) == 2
+
+
+def test_a_thread_setting_duckdb_refuses_fails_no_commit_and_no_read(
+        store_path, monkeypatch, caplog):
+    monkeypatch.setattr(store_module, "WRITER_ALONE_AFTER_S", 0.0)
+    with RunStore(store_path, threads=2) as store:
+        writer = store.writer()
+        writer.write(_spans(0, 5))
+        assert _threads(store) == 1
+        broken = store.raw_connection().cursor()
+        broken.close()
+        store._threads._cur = broken  # every statement on it now raises
+        with caplog.at_level("WARNING", logger="rolloutscope.store.store"):
+            assert store.query("SELECT count(*) FROM spans") == [(5,)]
+            writer.write(_spans(5, 5))
+            assert store.query("SELECT count(*) FROM spans") == [(10,)]
+        assert "DuckDB's threads stay as they are: SET threads = 2 failed" in caplog.text
+        assert caplog.text.count("stay as they are") == 1  # and no more tries after it
+
+
+def test_changing_threads_under_concurrent_commits_and_queries_loses_nothing(
+        store_path, monkeypatch):
+    # no grace period: every commit that finds no reader lowers the threads and every reader
+    # raises them, as often as the threads below can make it happen
+    monkeypatch.setattr(store_module, "WRITER_ALONE_AFTER_S", 0.0)
+    errors: list[BaseException] = []
+    seen: list[list[int]] = [[], []]
+    stop = threading.Event()
+    with RunStore(store_path, threads=2) as store:
+        writer = store.writer(max_delay_ms=1)
+
+        def read(mine: list[int]) -> None:
+            try:
+                while not stop.is_set():
+                    mine.append(store.query("SELECT count(*) FROM spans "
+                                            "WHERE start_ns % 7 <> 8")[0][0])
+                    time.sleep(0.001)
+            except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+                errors.append(exc)
+
+        readers = [threading.Thread(target=read, args=(mine,)) for mine in seen]
+        for t in readers:
+            t.start()
+        try:
+            for k in range(150):
+                writer.write(_spans(k * 200, 200), timeout=30)
+        finally:
+            stop.set()
+            for t in readers:
+                t.join(30)
+        assert not errors, errors
+        for mine in seen:  # each reader saw whole commits, never fewer rows than before
+            assert mine and mine == sorted(mine)
+            assert all(n % 200 == 0 for n in mine)
+        assert store.query("SELECT count(*), count(DISTINCT span_id) FROM spans") == [
+            (30_000, 30_000)]
+
+
+def test_the_writers_arrow_stream_insert_stores_every_value_as_sent(store_path):
+    schema = ARROW_SCHEMAS["spans"]
+    values = {
+        pa.string(): ["", "ünïcode ✓", None, "x" * 5000],
+        pa.int64(): [-(2**63), 2**63 - 1, None, 0],
+        pa.int32(): [-(2**31), 2**31 - 1, None, 7],
+    }
+    columns = {f.name: values[f.type] for f in schema}
+    columns["run_id"] = ["a", "b", "c", "d"]
+    columns["span_id"] = [f"{i:016x}" for i in range(4)]
+    columns["trace_id"] = [f"{i:032x}" for i in range(4)]
+    columns["start_ns"] = [1, 2, 3, 4]
+    sent = pa.table(columns, schema=schema)
+    with RunStore(store_path) as store:
+        batch = RowBatch()
+        batch.add_arrow("spans", sent)
+        store.writer().write(batch)
+        with store.cursor() as cur:
+            stored = cur.execute("SELECT * FROM spans ORDER BY start_ns").to_arrow_table()
+    assert stored.cast(schema).equals(sent)
+
+
+@pytest.fixture
+def store_path(tmp_path):
+    return tmp_path / "threads.duckdb"
