@@ -25,8 +25,8 @@ from rolloutscope.vocabulary import Attr, ResourceAttr
 log = logging.getLogger(__name__)
 
 FORCE_PYTHON_ENV = "ROLLOUTSCOPE_PYTHON_DECODER"
-FALLBACK_COST = ("decoding OTLP traces in Python costs about twice the receiver CPU per span "
-                 "(about 19 us instead of 8, and 5-14 times the decode alone; "
+FALLBACK_COST = ("decoding OTLP traces in Python costs more than twice the receiver CPU per span "
+                 "(about 15 us instead of 6.5, and 5-14 times the decode alone; "
                  "benchmarks/bench_ingest.py and bench_decode.py measure it)")
 
 # in the order _fastdecode.c indexes them: the promoted keys, then the copied ones as fit.COPIED

@@ -79,9 +79,9 @@ class RunStore:
 
     ``threads``: DuckDB's threads while a reader holds a ``cursor()`` (None: DuckDB's default,
     one per core). While none has for ``WRITER_ALONE_AFTER_S``, the writer commits on one
-    thread: a commit's insert gains nothing from a second one and paid for it in CPU per span
-    (7.9 against 6.4 µs, ``benchmarks/bench_collector.py``), and a view of a large run loses
-    nothing, since a reader raises the threads again before it runs."""
+    thread: a commit's insert gains nothing from a second one and pays about 1.4 µs more CPU per
+    span for it (``benchmarks/bench_collector.py``), and a view of a large run loses nothing,
+    since a reader raises the threads again before it runs."""
 
     def __init__(self, path: str | Path | _lake.LakeSpec, *, read_only: bool = False,
                  threads: int | None = None, data_path: str | Path | None = None):
