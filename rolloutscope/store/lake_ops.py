@@ -220,28 +220,30 @@ def maintain(store: RunStore, *, retain_s: float | None = None,
     now_ns = time.time_ns() if now_ns is None else now_ns
     cur = store.new_cursor()
     deleted: dict[str, int] = {}
-    try:
-        files_before = _data_files(cur) if store.is_lake else 0
-        if retain_s is not None:
-            if retain_s <= 0:
-                raise StoreError(f"retention must be positive, not {retain_s}")
-            _delete_older(store, cur, now_ns - int(retain_s * 1e9), deleted)
-        if retain_bytes is not None:
-            _retain_size(store, cur, int(retain_bytes), deleted)
-        if not store.is_lake:
-            cur.execute("CHECKPOINT")
-            return MaintenanceReport(deleted_rows=deleted, files_before=0, files_after=0,
-                                     seconds=time.perf_counter() - t0)
-        lake = _lake.ALIAS
-        for call in (f"CALL ducklake_flush_inlined_data('{lake}')",
-                     f"CALL ducklake_merge_adjacent_files('{lake}')"):
-            _lake.with_retries(cur, lambda c, sql=call: c.execute(sql).fetchall())
-        _expire_and_clean(store, cur, now_ns - int(keep_snapshots_s * 1e9))
-        return MaintenanceReport(deleted_rows=deleted, files_before=files_before,
-                                 files_after=_data_files(cur),
-                                 seconds=time.perf_counter() - t0, data_bytes=data_bytes(cur))
-    finally:
-        cur.close()
+    # a reader: all of DuckDB's threads, however long the writer has been alone
+    with store.reading():
+        try:
+            files_before = _data_files(cur) if store.is_lake else 0
+            if retain_s is not None:
+                if retain_s <= 0:
+                    raise StoreError(f"retention must be positive, not {retain_s}")
+                _delete_older(store, cur, now_ns - int(retain_s * 1e9), deleted)
+            if retain_bytes is not None:
+                _retain_size(store, cur, int(retain_bytes), deleted)
+            if not store.is_lake:
+                cur.execute("CHECKPOINT")
+                return MaintenanceReport(deleted_rows=deleted, files_before=0, files_after=0,
+                                         seconds=time.perf_counter() - t0)
+            lake = _lake.ALIAS
+            for call in (f"CALL ducklake_flush_inlined_data('{lake}')",
+                         f"CALL ducklake_merge_adjacent_files('{lake}')"):
+                _lake.with_retries(cur, lambda c, sql=call: c.execute(sql).fetchall())
+            _expire_and_clean(store, cur, now_ns - int(keep_snapshots_s * 1e9))
+            return MaintenanceReport(deleted_rows=deleted, files_before=files_before,
+                                     files_after=_data_files(cur),
+                                     seconds=time.perf_counter() - t0, data_bytes=data_bytes(cur))
+        finally:
+            cur.close()
 
 
 def _expire_and_clean(store: RunStore, cur: duckdb.DuckDBPyConnection, cutoff_ns: int) -> None:

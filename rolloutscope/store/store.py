@@ -291,14 +291,25 @@ class RunStore:
                 raise translate(exc, path=str(self.path)) from exc
             return
         cur = self.new_cursor()
-        self._threads.reader_in(self._con)
         try:
-            yield cur
+            with self.reading():
+                yield cur
         except duckdb.Error as exc:
             raise translate(exc, path=str(self.path)) from exc
         finally:
-            self._threads.reader_out()
             cur.close()
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        """Count the caller as a reader while it runs: DuckDB's threads are the configured
+        ones, and the writer does not take them down to one (``writer_alone``). Every
+        ``cursor()`` is one; work on a ``new_cursor()`` beside the writer (maintenance) says so
+        with this."""
+        self._threads.reader_in(self._con)
+        try:
+            yield
+        finally:
+            self._threads.reader_out()
 
     def query_df(self, sql: str, params: Sequence[Any] | None = None) -> pd.DataFrame:
         with self.cursor() as cur:
@@ -473,26 +484,33 @@ class _Threads:
         self._read_until = 0.0  # monotonic time before which the writer keeps the threads
         self._configured: int | None = None  # the threads readers get, read on first use
         self._lowered = False
-        self._fixed = False  # configured with one thread: nothing to change
+        self._fixed = False  # one thread configured, or DuckDB refused to lower them
+        self._warned = False
 
     def _execute(self, con: duckdb.DuckDBPyConnection, sql: str) -> list[tuple] | None:
-        """``sql`` on the store's own cursor; None, and no more changes, if DuckDB refuses it
-        (a commit or a query must not fail for want of a thread setting)."""
+        """``sql`` on the store's own cursor; None if DuckDB refuses it, which is logged (once)
+        and fails neither the commit nor the query that asked: the next try takes a new
+        cursor."""
         try:
             if self._cur is None:
                 self._cur = con.cursor()
             return self._cur.execute(sql).fetchall()
         except duckdb.Error as exc:
-            log.warning("DuckDB's threads stay as they are: %s failed: %s", sql, exc)
-            self._fixed = True
+            if not self._warned:
+                self._warned = True
+                log.warning("DuckDB's threads could not be changed (%s): %s", sql, exc)
+            if self._cur is not None:
+                with contextlib.suppress(duckdb.Error):
+                    self._cur.close()
+                self._cur = None
             return None
 
     def reader_in(self, con: duckdb.DuckDBPyConnection) -> None:
         with self._lock:
             self._reading += 1
-            if self._lowered and not self._fixed:
-                self._execute(con, f"SET threads = {self._configured}")
-                self._lowered = False
+            if self._lowered:  # raised again, or left lowered for the next reader to retry
+                self._lowered = self._execute(
+                    con, f"SET threads = {self._configured}") is None
 
     def reader_out(self) -> None:
         with self._lock:
@@ -518,6 +536,7 @@ class _Threads:
                 self._fixed = True
                 return
             self._lowered = self._execute(con, "SET threads = 1") is not None
+            self._fixed = not self._lowered  # refused: the writer stops trying
 
     def close(self) -> None:
         with self._lock:

@@ -67,6 +67,8 @@ def test_the_writer_alone_commits_on_one_thread_and_a_reader_gets_them_back(
         clock.now += 0.02
         writer.write(_spans(40, 10))
         assert _threads(store) == 1
+        with store.reading():  # work on a cursor of its own (maintenance) counts as a reader
+            assert _threads(store) == 2
         assert store.query("SELECT count(*) FROM spans") == [(50,)]
 
 
@@ -84,22 +86,37 @@ def test_a_store_opened_with_one_thread_or_without_a_writer_never_changes_them(
         assert _threads(store) == 2
 
 
+def _break(store: RunStore) -> None:
+    """Every statement on the store's threads cursor now raises."""
+    broken = store.raw_connection().cursor()
+    broken.close()
+    store._threads._cur = broken
+
+
 def test_a_thread_setting_duckdb_refuses_fails_no_commit_and_no_read(
         store_path, monkeypatch, caplog):
     monkeypatch.setattr(store_module, "WRITER_ALONE_AFTER_S", 0.0)
-    with RunStore(store_path, threads=2) as store:
+    with RunStore(store_path, threads=2) as store, \
+            caplog.at_level("WARNING", logger="rolloutscope.store.store"):
         writer = store.writer()
         writer.write(_spans(0, 5))
         assert _threads(store) == 1
-        broken = store.raw_connection().cursor()
-        broken.close()
-        store._threads._cur = broken  # every statement on it now raises
-        with caplog.at_level("WARNING", logger="rolloutscope.store.store"):
-            assert store.query("SELECT count(*) FROM spans") == [(5,)]
-            writer.write(_spans(5, 5))
-            assert store.query("SELECT count(*) FROM spans") == [(10,)]
-        assert "DuckDB's threads stay as they are: SET threads = 2 failed" in caplog.text
-        assert caplog.text.count("stay as they are") == 1  # and no more tries after it
+        _break(store)  # a refused raise: the read runs on one thread, the next one retries
+        assert store.query("SELECT count(*) FROM spans") == [(5,)]
+        assert _threads(store) == 1
+        with store.cursor() as cur:
+            assert cur.execute("SELECT current_setting('threads')").fetchall()[0][0] == 2
+        writer.write(_spans(5, 5))
+        assert _threads(store) == 1  # and the writer still lowers them
+        store.query("SELECT 1")
+        _break(store)  # a refused lowering: the commit goes on, and the writer stops trying
+        writer.write(_spans(10, 5))
+        assert _threads(store) == 2
+        writer.write(_spans(15, 5))
+        assert _threads(store) == 2
+        assert store.query("SELECT count(*) FROM spans") == [(20,)]
+    assert "DuckDB's threads could not be changed (SET threads = 2)" in caplog.text
+    assert caplog.text.count("could not be changed") == 1  # logged once
 
 
 def test_changing_threads_under_concurrent_commits_and_queries_loses_nothing(
@@ -109,6 +126,15 @@ def test_changing_threads_under_concurrent_commits_and_queries_loses_nothing(
     monkeypatch.setattr(store_module, "WRITER_ALONE_AFTER_S", 0.0)
     errors: list[BaseException] = []
     seen: list[list[int]] = [[], []]
+    changes: list[str] = []
+    execute = store_module._Threads._execute
+
+    def counted(self, con, sql):
+        if sql.startswith("SET"):
+            changes.append(sql)
+        return execute(self, con, sql)
+
+    monkeypatch.setattr(store_module._Threads, "_execute", counted)
     stop = threading.Event()
     with RunStore(store_path, threads=2) as store:
         writer = store.writer(max_delay_ms=1)
@@ -138,6 +164,8 @@ def test_changing_threads_under_concurrent_commits_and_queries_loses_nothing(
             assert all(n % 200 == 0 for n in mine)
         assert store.query("SELECT count(*), count(DISTINCT span_id) FROM spans") == [
             (30_000, 30_000)]
+    # the threads did change under them, both ways (a 2-core machine's worst case gives dozens)
+    assert changes.count("SET threads = 1") >= 3 and changes.count("SET threads = 2") >= 3
 
 
 def test_the_writers_arrow_stream_insert_stores_every_value_as_sent(store_path):
@@ -154,12 +182,34 @@ def test_the_writers_arrow_stream_insert_stores_every_value_as_sent(store_path):
     columns["start_ns"] = [1, 2, 3, 4]
     sent = pa.table(columns, schema=schema)
     with RunStore(store_path) as store:
+        # commits only when flushed: what a commit holds does not depend on timing
+        writer = store.writer(max_delay_ms=600_000)
         batch = RowBatch()
         batch.add_arrow("spans", sent)
-        store.writer().write(batch)
+        writer.submit(batch)
+        assert writer.flush(30)
         with store.cursor() as cur:
             stored = cur.execute("SELECT * FROM spans ORDER BY start_ns").to_arrow_table()
-    assert stored.cast(schema).equals(sent)
+        assert stored.cast(schema).equals(sent)
+        # one commit of several requests: their tables concatenated, as chunks, and sliced
+        before = writer.stats.commits
+        commits = []
+        for k in range(3):
+            part = RowBatch()
+            part.add_arrow("spans", sent.set_column(
+                schema.get_field_index("start_ns"), "start_ns",
+                pa.array([100 * (k + 1) + i for i in range(4)], pa.int64())))
+            commits.append(writer.submit(part))
+        assert writer.flush(30)
+        assert all(c.error is None for c in commits)
+        assert writer.stats.commits == before + 1
+        with store.cursor() as cur:
+            grouped = cur.execute("SELECT * FROM spans WHERE start_ns >= 100 "
+                                  "ORDER BY start_ns").to_arrow_table()
+    assert grouped.num_rows == 12
+    assert grouped.drop_columns(["start_ns"]).cast(schema.remove(
+        schema.get_field_index("start_ns"))).equals(pa.concat_tables(
+            [sent.drop_columns(["start_ns"])] * 3))
 
 
 @pytest.fixture
