@@ -138,25 +138,26 @@ def drive(port: int, pid: int, senders: int, batches: int, *, read: bool = False
     done = threading.Event()
     reads: list[int] = []
 
-    def reader() -> None:
+    def reader() -> None:  # as the run starts, then every READ_EVERY_S until it ends
         client = CollectorClient(f"http://127.0.0.1:{port}")
-        while not done.wait(READ_EVERY_S):
+        while True:
             reads.append(client.query_records("SELECT count(*) AS n FROM spans")[0]["n"])
+            if done.wait(READ_EVERY_S):
+                return
 
-    watcher = threading.Thread(target=reader, daemon=True)
+    watcher = threading.Thread(target=reader, daemon=True) if read else None
     cpu0, t0 = cpu_seconds(pid), time.perf_counter()
     for p in procs:
         p.stdin.write("go\n")
         p.stdin.flush()
-    if read:
+    if watcher:
         watcher.start()
     results = [json.loads(p.stdout.readline()) for p in procs]
     wall = time.perf_counter() - t0
     cpu = cpu_seconds(pid) - cpu0
     done.set()
-    if read:
+    if watcher:
         watcher.join()
-        assert reads, "the run ended before its first read"
     for p in procs:
         p.wait()
     spans = sum(r["spans"] for r in results)
@@ -251,9 +252,14 @@ def load() -> str:
 
 def run_collector(db: Path, senders: int, batches: int, *, read: bool = False) -> dict:
     collector, port = start_collector(db)
-    measured = drive(port, collector.pid, senders, batches, read=read)
-    measured["committed"] = CollectorClient(f"http://127.0.0.1:{port}").query_records(
-        "SELECT count(*) AS n FROM spans")[0]["n"]
+    try:
+        measured = drive(port, collector.pid, senders, batches, read=read)
+        measured["committed"] = CollectorClient(f"http://127.0.0.1:{port}").query_records(
+            "SELECT count(*) AS n FROM spans")[0]["n"]
+    except BaseException:
+        collector.kill()  # not left running, holding the caller's output open
+        collector.wait()
+        raise
     collector.terminate()
     # reaped here rather than by Popen.wait(): the rusage holds the CPU of its shutdown
     _, _, usage = os.wait4(collector.pid, 0)
