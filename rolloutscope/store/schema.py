@@ -134,7 +134,9 @@ RUN_COLUMNS = (
 # row: FSST. Names, kinds, the run, service, resource and scope repeat: dictionary (which on
 # distinct values would store them about twice as large as FSST). Free text that may be either
 # (status messages, failure reasons, URLs) is left to DuckDB. A lake's tables are Parquet, which
-# DuckLake compresses its own way: its DDL has no choice (``table_ddl(compression=False)``).
+# DuckLake compresses its own way, and a file in DuckDB 1.3's storage format (written only when
+# asked) has DICT_FSST in place of both methods: their DDL has no choice
+# (``table_ddl(compression=False)``; ``store._file_ddl``).
 DISTINCT_TEXT = frozenset({
     "trace_id", "span_id", "parent_span_id", "linked_trace_id", "linked_span_id", "rollout_id",
     "attributes", "body",

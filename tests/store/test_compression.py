@@ -67,3 +67,16 @@ def test_a_file_store_compresses_its_text_columns_as_chosen(tmp_path):
 
 def test_a_lake_leaves_compression_to_ducklake():
     assert not any("COMPRESSION" in stmt for stmt in lake_ddl())
+
+
+def test_a_file_in_a_newer_storage_format_leaves_compression_to_duckdb(tmp_path):
+    # DuckDB 1.3's format (written only when asked) has DICT_FSST in place of dictionary and
+    # FSST, and naming those in a table's DDL is an error there
+    path = tmp_path / "run.duckdb"
+    duckdb.connect(str(path), config={"storage_compatibility_version": "v1.3.0"}).close()
+    with RunStore(path) as store:
+        store.writer().write(_spans(0, 2_000))
+    assert _methods(path)["trace_id"] == {"DICT_FSST"}
+    with RunStore(path, read_only=True) as store:
+        with store.cursor() as cur:
+            assert cur.execute("SELECT count(*) FROM spans").fetchall() == [(2_000,)]
