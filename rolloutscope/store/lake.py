@@ -40,7 +40,7 @@ import duckdb
 
 from rolloutscope.errors import InputError
 from rolloutscope.store.errors import StoreError
-from rolloutscope.store.schema import RUN_COLUMNS, table_ddl
+from rolloutscope.store.schema import DDL, RUN_COLUMNS
 
 PREFIX = "ducklake:"
 ALIAS = "lake"  # the catalog name a lake is attached under in every connection
@@ -323,7 +323,7 @@ def lake_ddl() -> tuple[str, ...]:
     """The file store's DDL, less the constraints DuckLake lacks, and ``runs`` as
     ``run_records`` (append-only) plus the ``runs`` view."""
     out = []
-    for stmt in table_ddl(compression=False):
+    for stmt in DDL:
         if "TABLE IF NOT EXISTS runs " in stmt:
             stmt = stmt.replace("TABLE IF NOT EXISTS runs ", "TABLE IF NOT EXISTS run_records ")
             stmt = _NOT_NULL.sub("", stmt).rstrip().rstrip(")").rstrip()

@@ -126,44 +126,15 @@ RUN_COLUMNS = (
 )
 
 
-# The compression a file store's text columns use, chosen here rather than by DuckDB. At each
-# checkpoint DuckDB otherwise analyses every text column with every method it has (dictionary,
-# FSST, uncompressed) before it picks one; the choice is the same every time for these columns,
-# and skipping the analysis saves about 0.6 us of the 4.6 DuckDB spends per span stored (the
-# writer's 3,000-row commits of bench_collector.py's spans), for a file of the same size. Ids and JSON are distinct per
-# row: FSST. Names, kinds, the run, service, resource and scope repeat: dictionary (which on
-# distinct values would store them about twice as large as FSST). Free text that may be either
-# (status messages, failure reasons, URLs) is left to DuckDB. A lake's tables are Parquet, which
-# DuckLake compresses its own way, and a file in DuckDB 1.3's storage format (written only when
-# asked) has DICT_FSST in place of both methods: their DDL has no choice
-# (``table_ddl(compression=False)``; ``store._file_ddl``).
-DISTINCT_TEXT = frozenset({
-    "trace_id", "span_id", "parent_span_id", "linked_trace_id", "linked_span_id", "rollout_id",
-    "attributes", "body",
-})
-REPEATED_TEXT = frozenset({
-    "run_id", "name", "span_name", "kind", "service", "status_code", "resource", "scope",
-    "checkpoint_id", "participant_kind", "deadline_kind", "deadline_outcome", "rollout_outcome",
-    "failure_class", "server_authority", "severity", "unit",
-})
-
-
-def _compression(col: str) -> str:
-    if col in DISTINCT_TEXT:
-        return " USING COMPRESSION fsst"
-    if col in REPEATED_TEXT:
-        return " USING COMPRESSION dictionary"
-    return ""
-
-
-def _create_table(name: str, cols: list[tuple[str, str, pa.DataType]], compression: bool) -> str:
-    body = ",\n    ".join(
-        f"{col} {sql}{_compression(col) if compression and sql == 'VARCHAR' else ''}"
-        for col, sql, _ in cols)
+def _create_table(name: str, cols: list[tuple[str, str, pa.DataType]]) -> str:
+    body = ",\n    ".join(f"{col} {sql}" for col, sql, _ in cols)
     return f"CREATE TABLE IF NOT EXISTS {name} (\n    {body}\n)"
 
 
-_RUNS_DDL = """CREATE TABLE IF NOT EXISTS runs (
+DDL: tuple[str, ...] = (
+    "CREATE TABLE IF NOT EXISTS store_meta (key VARCHAR PRIMARY KEY, value VARCHAR)",
+    *(_create_table(name, cols) for name, cols in BATCH_TABLES.items()),
+    """CREATE TABLE IF NOT EXISTS runs (
     run_id VARCHAR PRIMARY KEY,
     source VARCHAR NOT NULL,          -- live | import | replay
     parent_run_id VARCHAR,            -- the captured run a replay re-executed
@@ -175,19 +146,8 @@ _RUNS_DDL = """CREATE TABLE IF NOT EXISTS runs (
     created_ns BIGINT,
     first_seen_ns BIGINT,
     last_seen_ns BIGINT
-)"""
-
-
-def table_ddl(*, compression: bool) -> tuple[str, ...]:
-    """Every table's DDL; ``compression``: with the text columns' compression (a file store)."""
-    return (
-        "CREATE TABLE IF NOT EXISTS store_meta (key VARCHAR PRIMARY KEY, value VARCHAR)",
-        *(_create_table(name, cols, compression) for name, cols in BATCH_TABLES.items()),
-        _RUNS_DDL,
-    )
-
-
-DDL: tuple[str, ...] = table_ddl(compression=True)  # a file store's
+)""",
+)
 
 
 # -- the copied attributes in SQL --------------------------------------------------------------

@@ -32,9 +32,7 @@ from rolloutscope.store.errors import (
     StoreError,
     translate,
 )
-from rolloutscope.store.schema import (
-    DDL, SCHEMA_VERSION, legacy_views, migration, table_ddl,
-)
+from rolloutscope.store.schema import DDL, SCHEMA_VERSION, legacy_views, migration
 from rolloutscope.vocabulary import RunSource
 
 log = logging.getLogger(__name__)
@@ -71,21 +69,6 @@ def resolve_path(path: str | Path | _lake.LakeSpec) -> Path | _lake.LakeSpec:
     if p.is_dir() or (not p.suffix and not p.exists()):
         return p / DEFAULT_FILE_NAME
     return p
-
-
-_STORAGE_VERSION = re.compile(r"v(\d+)\.(\d+)")
-
-
-def _file_ddl(con: duckdb.DuckDBPyConnection) -> tuple[str, ...]:
-    """The tables' DDL for this file: with the text columns' compression that ``schema.py``
-    chooses, unless the file is in a storage format (DuckDB 1.3's or later, which DuckDB writes
-    only when asked) where those methods gave way to DICT_FSST and naming them is an error."""
-    rows = con.execute("SELECT tags FROM duckdb_databases() "
-                       "WHERE database_name = current_database()").fetchall()
-    version = _STORAGE_VERSION.match((rows[0][0] or {}).get("storage_version", "") if rows else "")
-    if version is not None and (int(version[1]), int(version[2])) >= (1, 3):
-        return table_ddl(compression=False)
-    return DDL
 
 
 class RunStore:
@@ -233,7 +216,7 @@ class RunStore:
             self._install_read_views(con, found, catalog)
             return
         con.execute("BEGIN")
-        for stmt in _file_ddl(con):
+        for stmt in DDL:
             con.execute(stmt)
         if found < SCHEMA_VERSION:
             log.info("%s: migrating the store from version %d to %d", self.path, found,
