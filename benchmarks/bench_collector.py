@@ -169,12 +169,12 @@ def drive(port: int, pid: int, senders: int, batches: int, *, read: bool = False
             "p99_ms": latencies[int(len(latencies) * 0.99)] * 1e3}
 
 
-def start_collector(db: Path, *extra: str) -> tuple[subprocess.Popen, int]:
+def start_collector(db: Path) -> tuple[subprocess.Popen, int]:
     # served as users serve it, with its live dashboard; measured once both are up, so the
     # dashboard's one-time import (seconds of CPU) is not charged to the spans
     proc = subprocess.Popen([sys.executable, "-m", "rolloutscope", "serve", "--db", str(db),
                              "--otlp-http-port", "0", "--otlp-grpc-port", "0",
-                             "--dashboard-port", "0", *extra],
+                             "--dashboard-port", "0"],
                             stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     assert line.startswith(READY_PREFIX), line
