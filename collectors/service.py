@@ -100,8 +100,8 @@ class CollectorConfig:
     """DuckDB's memory limit for the run file (writer, views, queries); it spills past it."""
     store_threads: int | None = None
     """DuckDB's threads for the live views and queries of the run file; None: DuckDB's default,
-    one per core. While nothing reads, the writer commits on one thread (``RunStore``), which
-    costs less CPU per span; 1 keeps the views on one thread too (README, "Collecting from
+    one per core. While nothing reads a file, the writer commits on one thread (``RunStore``),
+    which costs less CPU per span; 1 keeps the views on one thread too (README, "Collecting from
     real processes")."""
 
     def __post_init__(self) -> None:

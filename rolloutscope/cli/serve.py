@@ -232,7 +232,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="DuckDB's memory limit for the run file (it spills to disk past it)")
     p.add_argument("--store-threads", type=int, default=None,
                    help="DuckDB's threads for the live views and queries (default: one per "
-                        "core); the writer alone always commits on one")
+                        "core); a file's writer alone always commits on one")
     p.add_argument("--dashboard-port", type=_port, default=5006,
                    help="live dashboard on 127.0.0.1 at this port (0 picks a free one)")
     p.add_argument("--no-dashboard", action="store_true", help="collect only")

@@ -78,16 +78,17 @@ class RunStore:
     places a new lake's data files.
 
     ``threads``: DuckDB's threads while a reader holds a ``cursor()`` (None: DuckDB's default,
-    one per core). While none has for ``WRITER_ALONE_AFTER_S``, the writer commits on one
-    thread: a commit's insert gains nothing from a second one and pays about 1.4 µs more CPU per
-    span for it (``benchmarks/bench_collector.py``), and a view of a large run loses nothing,
-    since a reader raises the threads again before it runs."""
+    one per core). In a file, while no reader has for ``WRITER_ALONE_AFTER_S``, the writer
+    commits on one thread: a commit's insert gains nothing from a second one and pays about
+    1.4 µs more CPU per span for it (``benchmarks/bench_collector.py``), and a view of a large
+    run loses nothing, since a reader raises the threads again before it runs. A lake keeps its
+    threads (``_Threads``)."""
 
     def __init__(self, path: str | Path | _lake.LakeSpec, *, read_only: bool = False,
                  threads: int | None = None, data_path: str | Path | None = None):
         self.read_only = read_only
         config = {"threads": threads} if threads else {}
-        self._threads = _Threads()
+        self._threads = _Threads(fixed=_lake.is_lake(path))
         if _lake.is_lake(path):
             self._init_lake(_lake.parse(path, data_path=data_path), config)
             return
@@ -475,16 +476,25 @@ WRITER_ALONE_AFTER_S = 0.5
 class _Threads:
     """DuckDB's threads for one store: as configured while readers are in, one while the
     writer is alone. The setting is the database instance's, so it is read and changed on a
-    cursor of its own, under a lock; the writer only ever lowers it and a reader raises it."""
+    cursor of its own, under a lock; the writer only ever lowers it and a reader raises it.
 
-    def __init__(self) -> None:
+    ``fixed``: never changed, as for a lake. DuckLake runs its catalog's queries from inside
+    the tasks of the query that needs them, on DuckDB's worker threads, and each of those
+    queries ends by taking the scheduler's lock to relaunch the threads; lowering them holds
+    that lock while it joins the workers, so a worker inside such a query never finishes and the
+    process hangs. Stress runs of a writer, upkeep and a reader on one lake, 40 s each: 3 of 21
+    hung while the threads changed, none of 36 with them fixed; on a file, whose queries never
+    nest, none of 18 hung with them changing. A collector's lake upkeep test aborted once with
+    "double free or corruption" while they changed."""
+
+    def __init__(self, *, fixed: bool = False) -> None:
         self._lock = threading.Lock()
         self._cur: duckdb.DuckDBPyConnection | None = None
         self._reading = 0
         self._read_until = 0.0  # monotonic time before which the writer keeps the threads
         self._configured: int | None = None  # the threads readers get, read on first use
         self._lowered = False
-        self._fixed = False  # one thread configured, or DuckDB refused to lower them
+        self._fixed = fixed  # a lake, one thread configured, or DuckDB refused to lower them
         self._warned = False
 
     def _execute(self, con: duckdb.DuckDBPyConnection, sql: str) -> list[tuple] | None:

@@ -1,7 +1,8 @@
-"""DuckDB's threads follow the readers: a writer alone commits on one thread, a reader's cursor
-runs on the threads the store was opened with, and the writer lowers them again only once no
-reader has held a cursor for ``WRITER_ALONE_AFTER_S``. The changes never disturb a commit or a
-query running beside them, and the writer's Arrow C stream inserts store every value as sent."""
+"""DuckDB's threads follow the readers: a file's writer alone commits on one thread, a reader's
+cursor runs on the threads the store was opened with, and the writer lowers them again only once
+no reader has held a cursor for ``WRITER_ALONE_AFTER_S``; a lake's stay as opened. The changes
+never disturb a commit or a query running beside them, and the writer's Arrow C stream inserts
+store every value as sent."""
 
 from __future__ import annotations
 
@@ -84,6 +85,25 @@ def test_a_store_opened_with_one_thread_or_without_a_writer_never_changes_them(
     with RunStore(store_path, read_only=True, threads=2) as store:
         assert store.query("SELECT count(*) FROM spans") == [(10,)]
         assert _threads(store) == 2
+
+
+def test_a_lakes_writer_never_changes_them(tmp_path, monkeypatch):
+    # DuckLake's catalog queries run inside DuckDB's worker tasks, and lowering the threads
+    # joins those workers while holding the lock each such query ends by taking: a hang (or an
+    # abort) in a collector whose upkeep or readers ran beside the writer (_Threads)
+    monkeypatch.setattr(store_module, "WRITER_ALONE_AFTER_S", 0.0)
+    asked: list[str] = []
+    execute = store_module._Threads._execute
+    monkeypatch.setattr(store_module._Threads, "_execute",
+                        lambda self, con, sql: asked.append(sql) or execute(self, con, sql))
+    lake = f"ducklake:sqlite:{tmp_path / 'catalog.sqlite'}"
+    with RunStore(lake, threads=2) as store:
+        writer = store.writer()
+        for k in range(3):
+            writer.write(_spans(k * 5, 5))
+            assert _threads(store) == 2
+            assert store.query("SELECT count(*) FROM spans") == [(5 * (k + 1),)]
+    assert asked == []
 
 
 def _break(store: RunStore) -> None:
