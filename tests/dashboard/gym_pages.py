@@ -120,6 +120,35 @@ def text_shown(page, text: str) -> None:
     page.get_by_text(text).first.wait_for()
 
 
+def click_settled(page, locator, still_s: float = 0.5) -> None:
+    """Click ``locator`` once its box has held still for ``still_s``. Playwright checks two
+    animation frames; a busy browser can re-lay a table out later than that (after a
+    full-page screenshot, or as a pane above it fills in) and move another row under the
+    click."""
+    deadline = time.monotonic() + TIMEOUT_MS / 1000
+    box, since = None, time.monotonic()
+    while box is None or time.monotonic() - since < still_s:
+        assert time.monotonic() < deadline, f"{locator} never held still (last at {box})"
+        page.wait_for_timeout(50)
+        now = locator.bounding_box()
+        if now != box:
+            box, since = now, time.monotonic()
+    locator.click()
+
+
+def shown_after_click(page, text: str, what: str) -> None:
+    """``text_shown``, failing with what the page shows instead: the tab it is on and the
+    entries its pickers hold (a click that landed elsewhere opens another trace)."""
+    try:
+        text_shown(page, text)
+    except playwright_api.TimeoutError:
+        tab = page.locator(".bk-tab.bk-active").first.inner_text()
+        picked = page.locator("select").evaluate_all(
+            "ss => ss.map((s) => s.options[s.selectedIndex]?.text)")
+        raise AssertionError(f"{what}: {text!r} not shown; tab {tab!r}, pickers {picked}"
+                             ) from None
+
+
 def no_traceback(log: str) -> None:
     assert "Traceback" not in log and "KeyError" not in log, log[-4000:]
 
@@ -152,8 +181,8 @@ def check_every_tab(db: Path, shots: Path, *, rollout: str) -> None:
         page.locator(".tabulator-cell", has_text="gym.rollout.duration_ms").first.wait_for()
         page.screenshot(path=str(shots / "rollouts.png"), full_page=True)
         # picking a Gym rollout opens its trace
-        page.locator(".tabulator-row", has_text=rollout).first.click()
-        text_shown(page, "55 spans; red = failed")
+        click_settled(page, page.locator(".tabulator-row", has_text=rollout).first)
+        shown_after_click(page, "55 spans; red = failed", f"picking {rollout}")
         picked = page.locator("select").first.evaluate("s => s.options[s.selectedIndex].text")
         assert f"rollout {rollout} (finished" in picked
         drawn = plots_drawn(page, 1)
