@@ -88,8 +88,9 @@ class RunStore:
                  threads: int | None = None, data_path: str | Path | None = None):
         self.read_only = read_only
         config = {"threads": threads} if threads else {}
-        self._threads = _Threads(fixed=_lake.is_lake(path))
-        if _lake.is_lake(path):
+        lake = _lake.is_lake(path)
+        self._threads = _Threads(fixed=lake)
+        if lake:
             self._init_lake(_lake.parse(path, data_path=data_path), config)
             return
         self.lake = None

@@ -32,6 +32,15 @@ def _threads(store: RunStore) -> int:
     return store.raw_connection().execute("SELECT current_setting('threads')").fetchall()[0][0]
 
 
+def _statements(monkeypatch) -> list[str]:
+    """Every statement the store's thread setting runs from now on, in order."""
+    ran: list[str] = []
+    execute = store_module._Threads._execute
+    monkeypatch.setattr(store_module._Threads, "_execute",
+                        lambda self, con, sql: ran.append(sql) or execute(self, con, sql))
+    return ran
+
+
 class _Clock:
     """The store's clock, moved by hand: what the grace period allows does not depend on how
     fast a loaded machine runs the test."""
@@ -92,10 +101,7 @@ def test_a_lakes_writer_never_changes_them(tmp_path, monkeypatch):
     # joins those workers while holding the lock each such query ends by taking: a hang (or an
     # abort) in a collector whose upkeep or readers ran beside the writer (_Threads)
     monkeypatch.setattr(store_module, "WRITER_ALONE_AFTER_S", 0.0)
-    asked: list[str] = []
-    execute = store_module._Threads._execute
-    monkeypatch.setattr(store_module._Threads, "_execute",
-                        lambda self, con, sql: asked.append(sql) or execute(self, con, sql))
+    asked = _statements(monkeypatch)
     lake = f"ducklake:sqlite:{tmp_path / 'catalog.sqlite'}"
     with RunStore(lake, threads=2) as store:
         writer = store.writer()
@@ -146,15 +152,7 @@ def test_changing_threads_under_concurrent_commits_and_queries_loses_nothing(
     monkeypatch.setattr(store_module, "WRITER_ALONE_AFTER_S", 0.0)
     errors: list[BaseException] = []
     seen: list[list[int]] = [[], []]
-    changes: list[str] = []
-    execute = store_module._Threads._execute
-
-    def counted(self, con, sql):
-        if sql.startswith("SET"):
-            changes.append(sql)
-        return execute(self, con, sql)
-
-    monkeypatch.setattr(store_module._Threads, "_execute", counted)
+    changes = _statements(monkeypatch)
     stop = threading.Event()
     with RunStore(store_path, threads=2) as store:
         writer = store.writer(max_delay_ms=1)
