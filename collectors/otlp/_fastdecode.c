@@ -90,6 +90,11 @@ static long long utf8_chars(const uint8_t *s, size_t n) {
     long long chars = 0;
     size_t i = 0;
     while (i < n) {
+        uint64_t w;
+        if (i + 8 <= n && (memcpy(&w, s + i, 8), !(w & 0x8080808080808080ULL))) {
+            i += 8; chars += 8;  /* eight ASCII bytes at a time */
+            continue;
+        }
         uint8_t c = s[i];
         if (c < 0x80) { i++; chars++; continue; }
         if (c >= 0xc2 && c <= 0xdf) {
@@ -127,10 +132,14 @@ static int json_hex(buf_t *b, slice_t s) {
     b->p[b->n++] = '"';
     return 1;
 }
+/* an int's decimal digits, as "%lld" writes them (snprintf was 9% of a decode's CPU, with two
+ * int attributes a span) */
 static int json_int(buf_t *b, int64_t v) {
-    char tmp[24];
-    int n = snprintf(tmp, sizeof tmp, "%lld", (long long)v);
-    return buf_put(b, tmp, (size_t)n);
+    char tmp[24], *end = tmp + sizeof tmp, *p = end;
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    do { *--p = (char)('0' + u % 10); u /= 10; } while (u);
+    if (v < 0) *--p = '-';
+    return buf_put(b, p, (size_t)(end - p));
 }
 /* ---- limits and keys -------------------------------------------------------------------- */
 typedef struct {

@@ -321,6 +321,31 @@ def _clean_request(n: int) -> bytes:
     return request.SerializeToString()
 
 
+def test_ints_and_texts_at_their_edges_decode_as_the_reference_does() -> None:
+    # the compiled decoder writes an int's digits itself and checks UTF-8 eight bytes at a
+    # time: every int width and sign, and text with its first non-ASCII byte at each place
+    ints = [0, 1, -1, 9, 10, -10, 99, 100, 2**31 - 1, -2**31, 2**53 + 1, 10**18,
+            2**63 - 1, -2**63, -2**63 + 1]
+    texts = ["a" * k + "é" + "b" * (15 - k) for k in range(16)]
+    texts += ["x" * 8, "x" * 16, "x" * 7 + "\u20ac", "\U0001f600" * 3, "", "ascii-only text"]
+    request = ExportTraceServiceRequest()
+    rs = request.resource_spans.add()
+    rs.resource.attributes.add(key=ResourceAttr.SERVICE_NAME).value.string_value = "gym"
+    ss = rs.scope_spans.add()
+    for i, text in enumerate(texts):
+        span = ss.spans.add(trace_id=(i + 1).to_bytes(16, "big"),
+                            span_id=(i + 1).to_bytes(8, "big"), name=text, kind=1,
+                            start_time_unix_nano=T0 + i, end_time_unix_nano=T0 + i + 5)
+        span.attributes.add(key=text or "k").value.string_value = text
+        for j, v in enumerate(ints):
+            span.attributes.add(key=f"i{j}").value.int_value = v
+    body = request.SerializeToString()
+    assert assert_agrees(body)
+    attributes = [row[17] for row in compiled(body, LIMITS)[0]["spans"]]
+    assert orjson.loads(attributes[0])["i12"] == 2**63 - 1
+    assert orjson.loads(attributes[0])["i13"] == -2**63
+
+
 def test_clean_requests_take_the_compiled_path() -> None:
     body = _clean_request(50)
     assert assert_agrees(body)
