@@ -9,7 +9,8 @@ same run, ``--rounds`` times each (the receivers in turn within a round), median
 * p50/p99 request latency;
 * for a collector, receiver CPU µs per span again counting its graceful shutdown, which
   commits what is queued and checkpoints the WAL into the file (a collector that deferred
-  checkpoint work past the measured window would otherwise look cheaper than it is).
+  checkpoint work past the measured window would otherwise look cheaper than it is). The
+  target is judged on this figure.
 
 The receivers: an aiohttp server that reads each body and parses it with the same protobuf
 messages and stores nothing (the baseline: the floor any receiver pays); the collector as
@@ -241,7 +242,11 @@ def main() -> None:
         print(f"  ratio to the {BASELINE}: throughput "
               f"{r['spans_per_s'] / base['spans_per_s']:.2f}x, CPU per span "
               f"{r['cpu_us_per_span'] / base['cpu_us_per_span']:.2f}x")
-    print(f"target: receiver CPU per span <= {TARGET_US:.0f} µs")
+    # judged with the shutdown: the writer checkpoints when a row group of spans fills, so up
+    # to a checkpoint's work of the measured window's spans is done after it
+    whole = med[COLLECTORS[0][0]]["with_shutdown_us"]
+    print(f"target: receiver CPU per span <= {TARGET_US:.0f} µs, counting the shutdown: "
+          f"{whole:.2f} µs, {'met' if whole <= TARGET_US else 'missed'}")
     print(f"after: {load()}")
 
 
