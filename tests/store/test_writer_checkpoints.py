@@ -90,14 +90,12 @@ def test_the_row_group_size_is_duckdbs(tmp_path):
     con = duckdb.connect(str(tmp_path / "rg.duckdb"))
     con.execute("CREATE TABLE t AS SELECT range AS i FROM range(300000)")
     con.execute("CHECKPOINT")
-    sizes = con.execute("SELECT DISTINCT row_group_id, count FROM pragma_storage_info('t') "
-                        "WHERE column_name = 'i' AND segment_type = 'BIGINT' "
-                        "ORDER BY row_group_id").fetchall()
+    groups = con.execute("SELECT row_group_id, sum(count) FROM pragma_storage_info('t') "
+                         "WHERE column_name = 'i' AND segment_type = 'BIGINT' "
+                         "GROUP BY row_group_id ORDER BY row_group_id").fetchall()
     con.close()
-    groups: dict[int, int] = {}
-    for group, count in sizes:
-        groups[group] = groups.get(group, 0) + count
-    assert groups[0] == writer_module.ROW_GROUP_ROWS
+    assert [rows for _, rows in groups] == [writer_module.ROW_GROUP_ROWS] * 2 + [
+        300_000 - 2 * writer_module.ROW_GROUP_ROWS]
 
 
 def test_a_lakes_writer_leaves_checkpoints_to_the_lake(tmp_path, monkeypatch):
