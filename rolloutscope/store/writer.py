@@ -29,7 +29,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import duckdb
 import pyarrow as pa
@@ -59,19 +58,12 @@ DEFAULT_MAX_QUEUED_ROWS = 2_000_000
 ARROW_SLICE_ROWS = 50_000  # rows converted to Arrow and inserted at once, within a commit
 LAKE_COMMIT_ATTEMPTS = 200  # a lake commit that loses this many races in a row fails
 
-# When a file's WAL is checkpointed into it. A checkpoint rewrites, whole, every row group that
-# took rows since the last one: the partly filled row group a checkpoint leaves at the end of
-# the spans table is decompressed and compressed again by the next one. At DuckDB's default
-# (a 16 MB WAL, about 45k spans) that doubled the CPU per appended span and left the file twice
-# the size. So the writer checkpoints a file itself: at the first commit that fills one of the
-# spans table's row groups (DuckDB's 122,880 rows) once the WAL holds CHECKPOINT_AFTER, so that
-# the next checkpoint redoes only that commit's rows, not an average half row group's
-# (benchmarks/bench_collector.py measures the whole). It runs after the commit's senders are
-# answered. DuckDB's own threshold stays as the backstop. What this costs is memory for the
-# un-checkpointed rows and up to that much WAL to replay after a crash.
-CHECKPOINT_AFTER = 64 << 20  # bytes of WAL
-CHECKPOINT_THRESHOLD = "256MB"  # DuckDB's own, if no commit fills a row group before it
-ROW_GROUP_ROWS = 122_880
+# DuckDB checkpoints the WAL into the file once it exceeds this. At DuckDB's default (16 MB,
+# about 45k spans) every checkpoint recompresses the table's last, partly filled row group
+# (122,880 rows), which doubled the CPU per appended span and left the file twice the size.
+# At 128 MB a checkpoint covers a few whole row groups; what it costs is memory for the
+# un-checkpointed rows and up to 128 MB of WAL to replay after a crash.
+CHECKPOINT_THRESHOLD = "128MB"
 
 
 class Commit:
@@ -109,7 +101,6 @@ class WriterStats:
     failed_rows: int = 0
     commits: int = 0
     conflicts: int = 0  # lake commits that lost a race with another writer and were retried
-    checkpoints: int = 0  # of a file, by the writer (_maybe_checkpoint)
     last_commit_ms: float = 0.0
 
 
@@ -140,13 +131,6 @@ class StoreWriter:
         self._committed_seq = 0  # every batch with seq <= this is committed or failed
         self._flush_seq = 0  # a flush waits for every batch with seq <= this: commit it now
         self._open_markers = self._con.execute("SELECT count(*) FROM open_spans").fetchall()[0][0]
-        # a file's WAL and how many rows its spans table holds (for _maybe_checkpoint)
-        self._wal: Path | None = None
-        self._span_rows = 0
-        if not store.is_lake:
-            self._wal = store.path.with_name(store.path.name + ".wal")
-            self._span_rows = self._con.execute("SELECT count(*) FROM spans").fetchall()[0][0]
-        self._filled_groups = self._span_rows // ROW_GROUP_ROWS
         if self._lake_author is not None:
             # other writers add markers this one never counts: always look for ended ones
             self._open_markers = float("inf")
@@ -285,7 +269,6 @@ class StoreWriter:
                 self._cond.notify_all()
             for (_, commit, _, _), error in zip(taken, errors, strict=True):
                 commit._finish(error)
-            self._maybe_checkpoint()
 
     def _commit_isolated(self, batches: list[RowBatch]) -> list[StoreError | None]:
         """Commit ``batches`` together; if that fails, each alone, so that a batch that cannot
@@ -333,7 +316,6 @@ class StoreWriter:
         con = self._con
         seen: dict[str, tuple[int, int]] = {}
         markers = self._open_markers
-        span_rows = 0
         con.execute("BEGIN")
         if self._lake_author is not None:
             lake.stamp_commit(con, self._lake_author, f"{merged.rows} rows")
@@ -342,10 +324,8 @@ class StoreWriter:
             # exists whole beside its rows
             for arrow in merged.arrow_slices(table, ARROW_SLICE_ROWS,
                                              default_run_id=self._default_run_id):
-                if table == "spans":
-                    span_rows += arrow.num_rows
-                    if markers:
-                        markers -= self._delete_markers_of(arrow)
+                if table == "spans" and markers:
+                    markers -= self._delete_markers_of(arrow)
                 # a relation over the table's Arrow C stream: no named registration to create
                 # and drop, and DuckDB reads the stream itself, where for a pyarrow Table it
                 # builds a pyarrow.dataset scanner per insert (0.5 ms of a commit's ~2 ms of
@@ -363,28 +343,7 @@ class StoreWriter:
         # only now: a rolled-back commit changed neither the markers nor the bounds
         self._open_markers = markers
         self._run_bounds.update(seen)
-        self._span_rows += span_rows
         self.stats.last_commit_ms = (time.perf_counter() - t0) * 1000
-
-    def _maybe_checkpoint(self) -> None:
-        """Checkpoint a file when the last commit filled a row group of spans and its WAL holds
-        ``CHECKPOINT_AFTER`` (see there)."""
-        if self._wal is None:
-            return
-        filled = self._span_rows // ROW_GROUP_ROWS
-        crossed, self._filled_groups = filled != self._filled_groups, filled
-        if not crossed:
-            return
-        try:
-            if self._wal.stat().st_size < CHECKPOINT_AFTER:
-                return
-            self._con.execute("CHECKPOINT")
-        except OSError:
-            return  # no WAL (nothing written since the last checkpoint), or none to read
-        except duckdb.Error as exc:  # DuckDB's own threshold still checkpoints
-            log.warning("checkpoint of %s failed: %s", self._store.path, exc)
-            return
-        self.stats.checkpoints += 1
 
     def _delete_markers_of(self, spans: pa.Table) -> int:
         """Drop the start markers of spans that ended; returns how many there were. A marker
