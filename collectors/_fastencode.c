@@ -142,17 +142,6 @@ static PyObject *plain(PyObject *attrs, PyObject **hold) {
     Py_DECREF(d);  /* the mapping keeps it */
     return PyDict_CheckExact(d) ? d : NULL;
 }
-/* an int's decimal text into d (at least 21 bytes); returns its length */
-static int decimal(char *d, long long x) {
-    char tmp[24];
-    int n = 0;
-    unsigned long long u = x < 0 ? 0ULL - (unsigned long long)x : (unsigned long long)x;
-    do { tmp[n++] = (char)('0' + u % 10); u /= 10; } while (u);
-    int len = 0;
-    if (x < 0) d[len++] = '-';
-    while (n) d[len++] = tmp[--n];
-    return len;
-}
 
 /* 1: written; 0: a value this writer leaves to orjson (no Python error set) */
 static int json_value(buf_t *b, PyObject *v, int depth) {

@@ -86,6 +86,18 @@ static int json_str(buf_t *b, const char *s, size_t n) {
     if (!buf_put(b, s + run, n - run)) return 0;
     return buf_put(b, "\"", 1);
 }
+/* an int's decimal text into d (at least 21 bytes); returns its length (as "%lld",
+ * without snprintf's cost) */
+static int decimal(char *d, long long x) {
+    char tmp[24];
+    int n = 0;
+    unsigned long long u = x < 0 ? 0ULL - (unsigned long long)x : (unsigned long long)x;
+    do { tmp[n++] = (char)('0' + u % 10); u /= 10; } while (u);
+    int len = 0;
+    if (x < 0) d[len++] = '-';
+    while (n) d[len++] = tmp[--n];
+    return len;
+}
 /* a double as orjson writes it: Python's shortest repr, except that an exponent loses its
  * leading zero ("1e-7", not "1e-07") and numbers down to 1e-5 are written out ("0.00001"),
  * and NaN / infinities are null. Returns 0 on anything it does not recognise (the caller
