@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
 import signal
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import pytest
 
 from rolloutscope.cli.serve import READY_PREFIX
 from rolloutscope.collectors.client import CollectorClient
+from tests.child_output import read_line
 
 HERE = Path(__file__).parent
 SENDER = HERE / "sender.py"
@@ -44,15 +44,8 @@ class Collector:
 
     def wait_for_line(self, prefix: str, timeout_s: float = START_DEADLINE_S) -> str:
         """The next output line starting with ``prefix`` (waits with a deadline)."""
-        selector = selectors.DefaultSelector()
-        selector.register(self.process.stdout, selectors.EVENT_READ)
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if not selector.select(timeout=max(0.0, deadline - time.monotonic())):
-                continue
-            line = self.process.stdout.readline()
-            if not line:
-                break
+        while (line := read_line(self.process.stdout, deadline)):
             self.output.append(line)
             if line.startswith(prefix):
                 return line
@@ -83,16 +76,9 @@ def start_collector(db: Path, *extra: str, token: str | None = None) -> Collecto
     """Start ``rolloutscope serve`` and wait (with a deadline) for its ready line."""
     proc = subprocess.Popen(serve_command(db, *extra), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=_env())
-    selector = selectors.DefaultSelector()
-    selector.register(proc.stdout, selectors.EVENT_READ)
     deadline = time.monotonic() + START_DEADLINE_S
     lines = []
-    while time.monotonic() < deadline:
-        if not selector.select(timeout=max(0.0, deadline - time.monotonic())):
-            continue
-        line = proc.stdout.readline()
-        if not line:
-            break
+    while (line := read_line(proc.stdout, deadline)):
         lines.append(line)
         if line.startswith(READY_PREFIX):
             fields = dict(part.split("=", 1) for part in line[len(READY_PREFIX):].split())

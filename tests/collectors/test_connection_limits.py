@@ -7,7 +7,6 @@ collector is up, the data it accepted before is intact and its memory is bounded
 from __future__ import annotations
 
 import resource
-import selectors
 import socket
 import subprocess
 import time
@@ -21,6 +20,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from rolloutscope.cli.serve import READY_PREFIX
+from tests.child_output import read_line
 from tests.collectors import hostile
 from tests.collectors.conftest import Collector, serve_command, start_collector
 from tests.collectors.hostile import assert_sound
@@ -248,13 +248,11 @@ def test_at_a_1024_fd_limit_1100_idle_connections_neither_stop_it_nor_flood_its_
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             preexec_fn=_limited_to_1024_fds)
     lines: list[str] = []
-    selector = selectors.DefaultSelector()
-    selector.register(proc.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + 60
     try:
         while not lines or not lines[-1].startswith(READY_PREFIX):
-            assert selector.select(timeout=60), "".join(lines)
-            lines.append(proc.stdout.readline())
-            assert lines[-1], "".join(lines)
+            lines.append(read_line(proc.stdout, deadline))
+            assert lines[-1], "".join(lines[:-1])
         fields = dict(p.split("=", 1) for p in lines[-1][len(READY_PREFIX):].split())
         c = Collector(proc, tmp_path / "run.duckdb", fields["http"], fields["grpc"])
         hostile.accept_the_before_data(c)

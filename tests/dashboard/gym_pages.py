@@ -9,7 +9,6 @@ with deadlines; nothing sleeps.
 from __future__ import annotations
 
 import os
-import selectors
 import signal
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.child_output import read_line
 from tests.dashboard.test_browser import PLOT_PIXELS_JS, TIMEOUT_MS, launched_browser, new_page
 
 playwright_api = pytest.importorskip("playwright.sync_api")
@@ -34,19 +34,16 @@ def served(cmd: list[str], ready: str, timeout_s: float = 90.0):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env, start_new_session=True)
     lines: list[str] = []
-    selector = selectors.DefaultSelector()
-    selector.register(proc.stdout, selectors.EVENT_READ)
     deadline = time.monotonic() + timeout_s
     url = None
     while url is None:
-        if time.monotonic() > deadline or proc.poll() is not None:
+        line = read_line(proc.stdout, deadline)
+        if not line:  # the deadline passed, or it exited
             proc.kill()
             raise RuntimeError(f"{cmd[0]} did not start: {''.join(lines)}")
-        if selector.select(timeout=1.0):
-            line = proc.stdout.readline()
-            lines.append(line)
-            if ready in line:
-                url = line.split(ready, 1)[1].split()[0]
+        lines.append(line)
+        if ready in line:
+            url = line.split(ready, 1)[1].split()[0]
     reader = _Reader(proc, lines)
     try:
         yield url, reader
