@@ -1,4 +1,4 @@
-"""What DuckDB alone costs per span, by rows per commit: the floor under the collector's figure.
+"""What the store's writer alone costs per span, by rows per commit: the floor under the collector.
 
 The collector acknowledges a request only after the commit holding its rows, so a commit holds
 at most the requests in flight: three senders of 1,000-span requests (bench_collector.py) make
