@@ -37,21 +37,17 @@ def cpu_s() -> float:
 
 
 def measure(rows_per_commit: int, batches: int) -> dict:
-    from rolloutscope.collectors.otlp import fastdecode
-    from rolloutscope.collectors.otlp.decode import PROTOBUF, decode_request, parse_request
+    from rolloutscope.collectors.otlp.counters import CollectorCounters
+    from rolloutscope.collectors.otlp.decode import PROTOBUF
     from rolloutscope.collectors.otlp.limits import DecodeLimits
+    from rolloutscope.collectors.otlp.receiver import OtlpReceiver
     from rolloutscope.collectors.otlp.signals import Signal
     from rolloutscope.store import RunStore
 
-    def decode(body: bytes):  # as the collector decodes a body
-        fast = fastdecode.decode_traces(body, limits)
-        if fast is None:
-            fast = decode_request(Signal.TRACES, parse_request(Signal.TRACES, body, PROTOBUF),
-                                  limits)
-        return fast.batch
-
-    limits = DecodeLimits()
-    decoded = [decode(make_batch(b)) for b in range(batches)]
+    # decoded as the collector decodes a body; its rows never reach the receiver's enqueue
+    receiver = OtlpReceiver(enqueue=None, limits=DecodeLimits(), counters=CollectorCounters())
+    decoded = [receiver.decode(Signal.TRACES, make_batch(b), PROTOBUF).batch
+               for b in range(batches)]
     with tempfile.TemporaryDirectory() as tmp:
         store = RunStore(Path(tmp) / "run.duckdb")
         # commits end at rows_per_commit rows, never on time: everything is queued at once

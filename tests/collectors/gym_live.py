@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
 import shutil
 import signal
 import socket
@@ -34,6 +33,8 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.child_output import read_line
 
 HERE = Path(__file__).parent
 READY = "servers ready! Polling"
@@ -162,11 +163,9 @@ class GymDeployment:
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True, env=self.env())
         self.procs["stub"] = proc
-        selector = selectors.DefaultSelector()
-        selector.register(proc.stdout, selectors.EVENT_READ)
-        if not selector.select(timeout=30):
+        line = read_line(proc.stdout, time.monotonic() + 30)
+        if not line:
             raise RuntimeError("the OpenAI stub did not start")
-        line = proc.stdout.readline()
         assert line.startswith("stub listening "), line
         self.ports["stub"] = int(line.split()[-1])
 
