@@ -32,25 +32,50 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+# Each subcommand's module: a command line names one, and only that module (with what it
+# imports) is loaded; `--help`, `--version` or an unknown word load them all. Held to the
+# modules' own register() by tests/test_cli_startup.py.
+COMMANDS: dict[str, str] = {
+    "info": "rolloutscope.cli.runs", "incidents": "rolloutscope.cli.runs",
+    "serve": "rolloutscope.cli.serve", "lake": "rolloutscope.cli.lake",
+    "import": "rolloutscope.cli.imports", "follow": "rolloutscope.cli.imports",
+    "dashboard": "rolloutscope.cli.dashboard", "scenario": "rolloutscope.cli.scenario",
+    "replay": "rolloutscope.cli.replay", "sweep": "rolloutscope.cli.replay",
+    "demo": "rolloutscope.cli.demo", "doctor": "rolloutscope.cli.doctor",
+    "export": "rolloutscope.cli.export", "diff": "rolloutscope.cli.diff",
+}
+
+
 class UsageError(InputError):
     """A problem with an option on the command line; printed without a traceback."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; given ``argv``, with only the subcommand it names (the
+    others' modules are not imported: `rolloutscope info` need not load the dashboard)."""
     parser = argparse.ArgumentParser(
         prog="rolloutscope",
         description="Observability and replay workbench for large RL training runs.")
     parser.add_argument("--version", action="version", version=f"rolloutscope {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    words = [a for a in (argv or ()) if not a.startswith("-")]
+    if words and words[0] in COMMANDS and not any(a in ("-h", "--help", "--version")
+                                                  for a in argv[:argv.index(words[0])]):
+        importlib.import_module(COMMANDS[words[0]]).register(sub)
+        return parser
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from rolloutscope.store import StoreError
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv == ["--version"]:  # answered before any command's module loads
+        print(f"rolloutscope {__version__}")
+        return 0
+    from rolloutscope.store.errors import StoreError
 
-    parser = build_parser()
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     handler = getattr(args, "handler", None)
     if handler is None:

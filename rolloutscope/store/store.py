@@ -16,13 +16,11 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import numpy as np
-import pandas as pd
-import pyarrow as pa
 
+from rolloutscope.store import derived as _derived
 from rolloutscope.store import lake as _lake
 from rolloutscope.store import views as _views
 from rolloutscope.store.errors import (
@@ -35,6 +33,9 @@ from rolloutscope.store.errors import (
 from rolloutscope.store.schema import DDL, SCHEMA_VERSION, legacy_views, migration
 from rolloutscope.vocabulary import RunSource
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 log = logging.getLogger(__name__)
 
 DEFAULT_FILE_NAME = "run.duckdb"
@@ -42,14 +43,6 @@ DEFAULT_FILE_NAME = "run.duckdb"
 # however few it holds (at its default of 1M rows a 10-row result held ~100 MB of address space,
 # enough that a test process which kept a few hundred of them could no longer fork)
 ARROW_BATCH_ROWS = 65_536
-# text columns of ``query_frame``: pandas' Arrow-backed strings with NaN for missing values (the
-# dtype pandas 3 makes its default), so a missing value reads as object columns' did
-TEXT = pd.StringDtype("pyarrow", na_value=np.nan)
-# integer and boolean columns holding a NULL: pandas' nullable dtypes, as DuckDB's ``df()``
-_NULLABLE = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
-             pa.int64(): pd.Int64Dtype(), pa.uint8(): pd.UInt8Dtype(), pa.uint16(): pd.UInt16Dtype(),
-             pa.uint32(): pd.UInt32Dtype(), pa.uint64(): pd.UInt64Dtype(),
-             pa.bool_(): pd.BooleanDtype()}
 _NOT_AN_ID = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -87,6 +80,7 @@ class RunStore:
     def __init__(self, path: str | Path | _lake.LakeSpec, *, read_only: bool = False,
                  threads: int | None = None, data_path: str | Path | None = None):
         self.read_only = read_only
+        self._maintained: bool | None = None
         config = {"threads": threads} if threads else {}
         lake = _lake.is_lake(path)
         self._threads = _Threads(fixed=lake)
@@ -232,7 +226,15 @@ class RunStore:
         con.execute("INSERT OR IGNORE INTO store_meta VALUES ('default_run_id', ?)",
                     [default_run_name(self.path)])
         _views.install(con, temporary=False)
+        rederive = _derived.install(con)
         con.execute("COMMIT")
+        if rederive and _derived.pending(con)[1]:
+            # a store written before its rows were maintained (or by other views): brought up
+            # to date once, on this first write
+            t0 = time.perf_counter()
+            n = _derived.derive(con)
+            log.info("%s: derived the model rows of %d spans in %.1f s", self.path, n,
+                     time.perf_counter() - t0)
 
     def _schema_version(self, con: duckdb.DuckDBPyConnection, *, latest: bool = False) -> int:
         """The store's schema version; ``SchemaVersionError`` when it is newer than this
@@ -323,6 +325,11 @@ class RunStore:
         column has ``query_df``'s dtype and values. At 10M spans the 809k rollout tries read in
         0.9 s instead of 2.2 s (``benchmarks/bench_render.py --load-reps``), and ``isin`` on
         their ids takes half the time."""
+        import numpy as np
+        import pyarrow as pa
+
+        from rolloutscope.store.frames import arrow_frame
+
         with self.cursor() as cur:
             table = cur.execute(sql, params or []).to_arrow_table(ARROW_BATCH_ROWS)
         if table.num_rows < ARROW_BATCH_ROWS:
@@ -336,12 +343,36 @@ class RunStore:
             return cur.execute(sql, params or []).fetchall()
 
     def view(self, name: str, *, run_id: str | None = None) -> pd.DataFrame:
-        """A model or incident view as a DataFrame, optionally for one run."""
+        """A model or incident view as a DataFrame, optionally for one run: read from the
+        maintained rows where the store keeps them (``relation``)."""
         if name not in _views.names():
             raise StoreError(f"unknown view {name!r}; known: {', '.join(sorted(_views.names()))}")
+        rel = self.relation(name)  # name is from the allowlist
         if run_id is None:
-            return self.query_df(f"SELECT * FROM {name}")  # name is from the allowlist
-        return self.query_df(f"SELECT * FROM {name} WHERE run_id = ?", [run_id])
+            return self.query_df(f"SELECT * FROM {rel}")
+        return self.query_df(f"SELECT * FROM {rel} WHERE run_id = ?", [run_id])
+
+    @property
+    def maintained(self) -> bool:
+        """Whether this store keeps its model rows as spans arrive (``derived.py``): a file
+        written by this version. A lake, and a file written before, read the views."""
+        if self._maintained is None:
+            if self.lake is not None or self._temp_views or self._legacy is not None:
+                self._maintained = False
+            else:
+                with self.cursor() as cur:
+                    self._maintained = _derived.available(cur)
+                if not self._maintained and self.read_only:
+                    log.info("%s keeps no maintained model rows (written before they were "
+                             "kept): its views are computed from the spans as they are read; "
+                             "opening it once for writing derives them", self.path)
+        return self._maintained
+
+    def relation(self, name: str) -> str:
+        """What a reader selects from for view ``name``: its maintained form
+        (``rs_read.<name>``: the stored rows and those of spans not derived yet, equal to the
+        view) where the store keeps one, else the view itself."""
+        return f"rs_read.{name}" if self.maintained else name
 
     def run_ids(self) -> list[str]:
         return [r[0] for r in self.query(
@@ -455,6 +486,8 @@ class RunStore:
                     "(SELECT 1 FROM spans s WHERE s.span_id = o.span_id "
                     " AND s.trace_id = o.trace_id "
                     " AND s.run_id IS NOT DISTINCT FROM o.run_id)")
+                if _derived.available(self._con):
+                    _derived.derive(self._con)  # rows written beside the writer (bulk SQL)
                 self._con.execute("CHECKPOINT")
         for cur in self._thread_cursors:
             cur.close()
@@ -556,30 +589,13 @@ class _Threads:
                 self._cur = None
 
 
-def as_text(values: pd.Series) -> pd.Series:
-    """``values`` as text: a text column as it is (``TEXT``, ``query_frame``'s Arrow
-    strings: ``astype(str)`` would make a Python string of each of its 809k ids at 10M spans,
-    0.12 s), anything else through ``astype(str)``."""
-    return values if values.dtype == TEXT else values.astype(str)
+def __getattr__(name: str) -> Any:
+    """``TEXT``, ``as_text`` and ``arrow_frame`` live in ``frames`` (pandas loads with it)."""
+    if name in ("TEXT", "as_text", "arrow_frame"):
+        from rolloutscope.store import frames
 
-
-def arrow_frame(table: pa.Table) -> pd.DataFrame:
-    """An Arrow result as the DataFrame DuckDB's ``df()`` makes, but for text columns, which
-    are ``TEXT`` (Arrow-backed) instead of Python objects: integers and booleans holding a NULL
-    nullable, decimals (DuckDB's sums of integers) float64, lists numpy arrays, structs and
-    maps dicts, timestamps as they are."""
-    columns = {}
-    for name, col in zip(table.column_names, table.columns):
-        kind = col.type
-        if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-            columns[name] = col.to_pandas(types_mapper={kind: TEXT}.get)
-        elif kind in _NULLABLE and col.null_count:
-            columns[name] = col.to_pandas(types_mapper={kind: _NULLABLE[kind]}.get)
-        elif pa.types.is_decimal(kind):
-            columns[name] = col.cast(pa.float64()).to_pandas()
-        else:
-            columns[name] = col.to_pandas(maps_as_pydicts="strict")
-    return pd.DataFrame(columns, index=pd.RangeIndex(table.num_rows))
+        return getattr(frames, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def open_store(path: str | Path | _lake.LakeSpec, *, read_only: bool = False) -> RunStore:
