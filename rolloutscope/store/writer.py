@@ -34,7 +34,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rolloutscope.store import lake
+from rolloutscope.store import derived, lake
 from rolloutscope.store.errors import (
     QueueFullError,
     StoreError,
@@ -102,6 +102,8 @@ class WriterStats:
     commits: int = 0
     conflicts: int = 0  # lake commits that lost a race with another writer and were retried
     last_commit_ms: float = 0.0
+    derive_passes: int = 0
+    derive_ms: float = 0.0
 
 
 class StoreWriter:
@@ -131,6 +133,11 @@ class StoreWriter:
         self._committed_seq = 0  # every batch with seq <= this is committed or failed
         self._flush_seq = 0  # a flush waits for every batch with seq <= this: commit it now
         self._open_markers = self._con.execute("SELECT count(*) FROM open_spans").fetchall()[0][0]
+        # a file's model rows are derived in passes after commits (derived.py); a lake reads
+        # its views as before
+        self._derives = not store.is_lake and derived.available(self._con)
+        self._underived = 0  # rows committed since the last pass
+        self._last_pass = time.monotonic()
         if self._lake_author is not None:
             # other writers add markers this one never counts: always look for ended ones
             self._open_markers = float("inf")
@@ -215,12 +222,20 @@ class StoreWriter:
         self._con.close()
 
     # -- writer thread ---------------------------------------------------------------------
-    def _gather(self) -> list[tuple[RowBatch, Commit, float, int]]:
+    def _gather(self) -> list[tuple[RowBatch, Commit, float, int]] | None:
+        """The next group to commit; [] when a derivation pass is due and nothing is queued;
+        None once closing with nothing queued."""
         with self._cond:
             while not self._queue and not self._closing:
-                self._cond.wait()
+                if self._underived:
+                    due = self._last_pass + derived.PASS_EVERY_S - time.monotonic()
+                    if due <= 0:
+                        return []
+                    self._cond.wait(due)
+                else:
+                    self._cond.wait()
             if not self._queue:
-                return []
+                return None
             first_at = self._queue[0][2]
             idle_since: tuple[float, int] | None = None  # (when, queue length then)
             while (self._queued_rows < self.max_rows and self._queued_bytes < self.max_bytes
@@ -255,8 +270,12 @@ class StoreWriter:
     def _run(self) -> None:
         while True:
             taken = self._gather()
-            if not taken:
+            if taken is None:
+                self._derive()
                 return
+            if not taken:
+                self._derive()
+                continue
             self._store.writer_alone()
             errors = self._commit_isolated([b for b, _, _, _ in taken])
             with self._cond:
@@ -269,6 +288,29 @@ class StoreWriter:
                 self._cond.notify_all()
             for (_, commit, _, _), error in zip(taken, errors, strict=True):
                 commit._finish(error)
+            self._underived += sum(b.rows for b, _, _, _ in taken)
+            if self._underived >= derived.PASS_AFTER_SPANS:
+                # after the senders are answered: a pass never delays an acknowledgement
+                self._derive()
+
+    def _derive(self) -> None:
+        """A derivation pass over what was committed since the last (derived.py). A failure
+        is logged and retried at the next pass: the spans are stored, and readers compute the
+        rows not derived yet from them (``rs_tail``)."""
+        if not self._derives or not self._underived:
+            return
+        t0 = time.perf_counter()
+        try:
+            n = derived.derive(self._con)
+        except duckdb.Error as exc:
+            log.error("deriving the model rows failed (retried at the next pass): %s", exc)
+            return
+        finally:
+            self._last_pass = time.monotonic()
+        self._underived = 0
+        self.stats.derive_passes += 1
+        self.stats.derive_ms += (time.perf_counter() - t0) * 1000
+        log.debug("derived the model rows of %d spans", n)
 
     def _commit_isolated(self, batches: list[RowBatch]) -> list[StoreError | None]:
         """Commit ``batches`` together; if that fails, each alone, so that a batch that cannot

@@ -1,0 +1,255 @@
+"""Model rows maintained as spans arrive: each closed span is derived once, not by every reader.
+
+The views in ``sql/`` stay the contract and the reference. Most model rows are each one span's
+(and its own events'): a deadline, a parked stay, a shard's stay in one state, a checkpoint
+participant's operation, an RL try. Spans are immutable once committed and a file's tables are
+append-only, so such a row, once its span has ended and been committed, never changes. This
+module keeps those rows in tables (``d_<view>``) and fills them in *passes*: a pass derives the
+rows of the spans committed since the last one, found by row id, and advances the watermark in
+the same transaction as the rows it adds (a crash, ``kill -9`` included, leaves both as they
+were, and the next pass derives the same spans again).
+
+Three schemas hold the same view definitions over other inputs (a view in a schema reads that
+schema's tables first, the store's main schema after):
+
+- ``rs_new``: the spans (and events) between the watermark and the pass's upper bound, and no
+  open markers: what a pass derives.
+- ``rs_tail``: the spans not derived yet and every open marker: a reader's live rows.
+- ``rs_read``: each maintained view as ``d_<view>`` ∪ ``rs_tail.<view>``, which equals the view
+  computed from scratch at every moment, and every other view (the incident views among them) on
+  top of those. A reader that asks for the maintained form reads ``rs_read``: the incident views
+  then join typed rows instead of parsing every span's attributes again.
+
+Which views are maintained is ``MAINTAINED``: those whose every row is one span's. A test holds
+``rs_read`` to the views computed from scratch on every built-in scenario, the Gym capture and a
+synthetic run (tests/store/test_derived.py).
+
+Late and out-of-order spans need no bound: a row is derived when its span is committed, whatever
+its timestamps, since the watermark is the row id (commit order), not time.
+
+A lake has no stable row ids and several writers; it reads the views as before (``available``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import time
+
+import duckdb
+
+from rolloutscope.store import views as _views
+
+log = logging.getLogger(__name__)
+
+# views whose every row is one span's and its own events' (checked by tests/store/test_derived.py
+# against the from-scratch views on every built-in scenario)
+MAINTAINED: tuple[str, ...] = (
+    "checkpoint_ops",
+    "shard_states",
+    "parked_intervals",
+    "deadlines",
+)
+
+SCHEMAS = ("rs_new", "rs_tail", "rs_read")
+# a writer derives at most this long after a commit, or once this many rows wait
+PASS_EVERY_S = 2.0
+PASS_AFTER_SPANS = 200_000
+# summaries maintained beside the rows, by adding each pass's counts: spans by run, name and
+# minute (``info``'s counts and time range, and any whole-run picture by time), and by run and
+# resource (the processes: ``services`` reads them)
+BUCKET_NS = 60 * 10**9
+_SUMMARY_DDL = (
+    """CREATE TABLE IF NOT EXISTS d_span_buckets (
+        run_id VARCHAR NOT NULL, name VARCHAR NOT NULL, bucket_ns BIGINT NOT NULL,
+        spans BIGINT, run_id_on_span BIGINT, first_ns BIGINT, last_ns BIGINT,
+        PRIMARY KEY (run_id, name, bucket_ns))""",
+    """CREATE TABLE IF NOT EXISTS d_resources (
+        run_id VARCHAR NOT NULL, resource VARCHAR NOT NULL,
+        spans BIGINT, first_ns BIGINT, last_ns BIGINT, PRIMARY KEY (run_id, resource))""",
+)
+# NULL keys are kept as '' (a key column cannot hold NULL); the readers turn them back
+_SUMMARY_PASS = (
+    f"""INSERT INTO main.d_span_buckets
+        SELECT coalesce(run_id, ''), coalesce(name, ''), start_ns // {BUCKET_NS} * {BUCKET_NS},
+               count(*), count(*) FILTER (attributes LIKE '%"nemo.run.id"%'),
+               min(start_ns), max(coalesce(end_ns, start_ns))
+        FROM rs_new.spans GROUP BY ALL
+        ON CONFLICT DO UPDATE SET spans = spans + excluded.spans,
+            run_id_on_span = run_id_on_span + excluded.run_id_on_span,
+            first_ns = least(first_ns, excluded.first_ns),
+            last_ns = greatest(last_ns, excluded.last_ns)""",
+    """INSERT INTO main.d_resources
+        SELECT coalesce(run_id, ''), coalesce(resource, ''), count(*), min(start_ns),
+               max(coalesce(end_ns, start_ns))
+        FROM rs_new.spans GROUP BY ALL
+        ON CONFLICT DO UPDATE SET spans = spans + excluded.spans,
+            first_ns = least(first_ns, excluded.first_ns),
+            last_ns = greatest(last_ns, excluded.last_ns)""",
+)
+# ``services`` over the maintained resources: its first step, spans grouped by run and
+# resource, becomes the stored sums plus the spans not derived yet and the open markers
+_SERVICES_FROM = """    SELECT run_id, resource, count(*) AS spans, min(start_ns) AS first_ns,
+           max(coalesce(end_ns, start_ns)) AS last_ns
+    FROM all_spans
+    GROUP BY run_id, resource
+)"""
+_SERVICES_MAINTAINED = """    SELECT run_id, resource, sum(spans) AS spans, min(first_ns) AS first_ns,
+           max(last_ns) AS last_ns
+    FROM (SELECT nullif(run_id, '') AS run_id, nullif(resource, '') AS resource, spans,
+                 first_ns, last_ns FROM main.d_resources
+          UNION ALL
+          SELECT run_id, resource, count(*), min(start_ns), max(coalesce(end_ns, start_ns))
+          FROM rs_tail.all_spans GROUP BY ALL) s
+    GROUP BY run_id, resource
+)"""
+
+_STATE_DDL = """CREATE TABLE IF NOT EXISTS derive_state (
+    spans_done BIGINT, events_done BIGINT, spans_upto BIGINT, events_upto BIGINT,
+    digest VARCHAR, passes BIGINT, updated_ns BIGINT)"""
+
+
+def digest() -> str:
+    """What the maintained rows were derived by: the views' text, the maintained list and the
+    summaries' statements."""
+    h = hashlib.sha256(_views.digest().encode())
+    h.update(",".join(MAINTAINED).encode())
+    for stmt in (*_SUMMARY_DDL, *_SUMMARY_PASS, _SERVICES_MAINTAINED):
+        h.update(stmt.encode())
+    return h.hexdigest()[:16]
+
+
+def _window_views(schema: str) -> list[str]:
+    if schema == "rs_new":
+        return [
+            f"CREATE OR REPLACE VIEW {schema}.spans AS SELECT * FROM main.spans "
+            "WHERE rowid >= (SELECT spans_done FROM main.derive_state) "
+            "AND rowid < (SELECT spans_upto FROM main.derive_state)",
+            f"CREATE OR REPLACE VIEW {schema}.span_events AS SELECT * FROM main.span_events "
+            "WHERE rowid >= (SELECT events_done FROM main.derive_state) "
+            "AND rowid < (SELECT events_upto FROM main.derive_state)",
+            f"CREATE OR REPLACE VIEW {schema}.open_spans AS SELECT * FROM main.open_spans "
+            "WHERE false",
+        ]
+    return [
+        f"CREATE OR REPLACE VIEW {schema}.spans AS SELECT * FROM main.spans "
+        "WHERE rowid >= (SELECT spans_done FROM main.derive_state)",
+        f"CREATE OR REPLACE VIEW {schema}.span_events AS SELECT * FROM main.span_events "
+        "WHERE rowid >= (SELECT events_done FROM main.derive_state)",
+    ]
+
+
+def _in_schema(text: str, schema: str) -> str:
+    return _views._CREATE.sub(lambda m: f"CREATE OR REPLACE VIEW {schema}.{m.group(1)} AS",
+                              _views._MACRO.sub(
+                                  lambda m: f"CREATE OR REPLACE MACRO {schema}.{m.group(1)}(",
+                                  text), 1)
+
+
+def _needed(names: tuple[str, ...]) -> list[tuple[str, str]]:
+    """The view definitions ``names`` read, themselves included, in creation order."""
+    defs = _views.definitions()
+    want = set(names)
+    for name, text in reversed(defs):
+        if name in want:
+            for other, _ in defs:
+                if other != name and _mentions(text, other):
+                    want.add(other)
+    return [(n, t) for n, t in defs if n in want]
+
+
+def _mentions(text: str, name: str) -> bool:
+    return re.search(rf"\b{name}\b", text) is not None
+
+
+def install(con: duckdb.DuckDBPyConnection) -> bool:
+    """The derived tables, schemas and state in a writable file (inside the caller's
+    transaction). Returns True when the maintained rows must be derived from the start (a new
+    store, one written before this version, or one whose views changed)."""
+    con.execute(_STATE_DDL)
+    row = con.execute("SELECT digest FROM derive_state").fetchall()
+    fresh = not row or row[0][0] != digest()
+    for schema in SCHEMAS:
+        con.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+    if not fresh and _installed(con):
+        return False
+    # the state first: the window views read it
+    con.execute("DELETE FROM derive_state")
+    con.execute("INSERT INTO derive_state VALUES (0, 0, 0, 0, ?, 0, ?)",
+                [digest(), time.time_ns()])
+    for schema in ("rs_new", "rs_tail"):
+        for stmt in _window_views(schema):
+            con.execute(stmt)
+        for _name, text in _needed(MAINTAINED):
+            con.execute(_in_schema(text, schema))
+    for name in MAINTAINED:
+        con.execute(f"DROP TABLE IF EXISTS main.d_{name}")
+        con.execute(f"CREATE TABLE main.d_{name} AS SELECT * FROM rs_new.{name} WHERE false")
+    for table in ("d_span_buckets", "d_resources"):
+        con.execute(f"DROP TABLE IF EXISTS main.{table}")
+    for stmt in _SUMMARY_DDL:
+        con.execute(stmt)
+    for name, text in _views.definitions():
+        if name == "services":
+            assert _SERVICES_FROM in text, "services no longer groups spans by resource first"
+            con.execute(_in_schema(text.replace(_SERVICES_FROM, _SERVICES_MAINTAINED),
+                                   "rs_read"))
+        elif name in MAINTAINED:
+            con.execute(f"CREATE OR REPLACE VIEW rs_read.{name} AS "
+                        f"SELECT * FROM main.d_{name} UNION ALL SELECT * FROM rs_tail.{name}")
+        else:
+            con.execute(_in_schema(text, "rs_read"))
+    return True
+
+
+def _installed(con: duckdb.DuckDBPyConnection) -> bool:
+    have = {r[0] for r in con.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'rs_read'"
+    ).fetchall()}
+    return _views.names() <= have
+
+
+def available(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether this store keeps maintained rows that are this code's (``rs_read`` exists and
+    was derived by the current views)."""
+    try:
+        rows = con.execute("SELECT digest FROM derive_state").fetchall()
+    except duckdb.Error:
+        return False
+    return bool(rows) and rows[0][0] == digest() and _installed(con)
+
+
+def pending(con: duckdb.DuckDBPyConnection) -> tuple[int, int, int, int]:
+    """(spans_done, spans_total, events_done, events_total)."""
+    done = con.execute("SELECT spans_done, events_done FROM derive_state").fetchall()[0]
+    return (done[0], _row_count(con, "spans"), done[1], _row_count(con, "span_events"))
+
+
+def _row_count(con: duckdb.DuckDBPyConnection, table: str) -> int:
+    # row ids of an append-only table run 0..n-1; count(*) reads the row groups' counts
+    return con.execute(f"SELECT count(*) FROM main.{table}").fetchall()[0][0]
+
+
+def derive(con: duckdb.DuckDBPyConnection) -> int:
+    """One pass: derive the rows of every span committed since the last pass, in one
+    transaction with the watermark. Returns the spans derived."""
+    spans_done, spans_total, events_done, events_total = pending(con)
+    if spans_total <= spans_done and events_total <= events_done:
+        return 0
+    con.execute("BEGIN")
+    try:
+        con.execute("UPDATE derive_state SET spans_upto = ?, events_upto = ?",
+                    [spans_total, events_total])
+        for name in MAINTAINED:
+            con.execute(f"INSERT INTO main.d_{name} SELECT * FROM rs_new.{name}")
+        for stmt in _SUMMARY_PASS:
+            con.execute(stmt)
+        con.execute("UPDATE derive_state SET spans_done = ?, events_done = ?, "
+                    "passes = passes + 1, updated_ns = ?",
+                    [spans_total, events_total, time.time_ns()])
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return spans_total - spans_done

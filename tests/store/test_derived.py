@@ -1,0 +1,260 @@
+"""Maintained model rows (rolloutscope/store/derived.py) equal the views computed from scratch:
+on every built-in scenario derived in many passes as its spans are committed, on the Gym 0.7.0
+capture as a collector wrote it, on a synthetic run, after a kill -9 in the middle of ingest,
+and on a store written before the rows were maintained."""
+
+from __future__ import annotations
+
+import math
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+import rolloutscope.replay.runner as runner
+from rolloutscope.collectors.exporter import StoreSpanExporter
+from rolloutscope.replay.scenarios import get, names
+from rolloutscope.store import RunStore, derived, views
+from tests.child_output import read_line
+from tests.gym_capture import collect_capture
+from tests.synthetic_run import synthetic_run
+
+ROOT = Path(__file__).parents[2]
+
+
+def _norm(value):
+    """Floats to 12 significant digits: a sum's last bits depend on the order it ran in."""
+    if isinstance(value, float):
+        return value if math.isnan(value) else float(f"{value:.12g}")
+    if isinstance(value, (list, tuple)):
+        return type(value)(_norm(v) for v in value)
+    return value
+
+
+def _rows(cur, relation: str) -> Counter:
+    return Counter(repr(_norm(r)) for r in cur.execute(f"SELECT * FROM {relation}").fetchall())
+
+
+def differences(path: Path) -> tuple[dict, dict[str, int]]:
+    """view -> (from-scratch rows, maintained rows, a few rows only one side has) where they
+    differ, and each maintained table's row count (so a caller sees the rows were derived)."""
+    out = {}
+    with RunStore(path, read_only=True) as store, closing(store.new_cursor()) as cur:
+        assert derived.available(cur)
+        for name, _ in views.definitions():
+            a, b = _rows(cur, name), _rows(cur, f"rs_read.{name}")
+            if a != b:
+                out[name] = (sum(a.values()), sum(b.values()),
+                             [f"- {r[:300]}" for r in list((a - b).elements())[:3]]
+                             + [f"+ {r[:300]}" for r in list((b - a).elements())[:3]])
+        counts = {name: cur.execute(f"SELECT count(*) FROM d_{name}").fetchall()[0][0]
+                  for name in derived.MAINTAINED}
+    return out, counts
+
+
+class _PassPerExport(StoreSpanExporter):
+    """The replay's exporter, committing and deriving every few spans: the rows are
+    derived in many passes, open markers and the spans that end them arriving in between."""
+
+    passes = 0
+
+    def export(self, spans):
+        chunk = max(20, len(spans) // 25)  # a small scenario in a few passes, a large in ~25
+        for i in range(0, len(spans), chunk):
+            result = super().export(spans[i:i + chunk])
+            assert self._store.writer().flush(60)
+            with closing(self._store.new_cursor()) as cur:
+                if derived.derive(cur):
+                    type(self).passes += 1
+        return result
+
+
+@pytest.mark.parametrize("name", names())
+def test_a_scenario_derived_in_passes_reads_as_the_views(tmp_path, monkeypatch, name):
+    monkeypatch.setattr(runner, "StoreSpanExporter", _PassPerExport)
+    # the passes are the exporter's: the writer's own would race them for the watermark
+    monkeypatch.setattr(derived, "PASS_AFTER_SPANS", 10**12)
+    monkeypatch.setattr(derived, "PASS_EVERY_S", 10**9)
+    _PassPerExport.passes = 0
+    path = tmp_path / "run.duckdb"
+    with RunStore(path) as store:
+        runner.replay_into_store(get(name), store)
+    assert _PassPerExport.passes >= 2, "the rows were derived in one pass only"
+    diff, counts = differences(path)
+    assert not diff, diff
+    assert sum(counts.values()) > 0, counts
+
+
+def test_the_gym_capture_reads_as_the_views(tmp_path):
+    diff, _ = differences(collect_capture(tmp_path / "gym.duckdb"))
+    assert not diff, diff
+
+
+def test_a_synthetic_run_reads_as_the_views(tmp_path):
+    path = synthetic_run(tmp_path / "synthetic.duckdb", spans=60_000)
+    diff, counts = differences(path)
+    assert not diff, diff
+    assert counts["deadlines"] > 1000 and counts["parked_intervals"] > 100, counts
+
+
+def test_rows_not_derived_yet_are_read_from_their_spans(tmp_path, monkeypatch):
+    """Between passes a reader sees every row: the maintained ones and those computed from the
+    spans past the watermark (``rs_tail``)."""
+    monkeypatch.setattr(derived, "PASS_AFTER_SPANS", 10**12)
+    monkeypatch.setattr(derived, "PASS_EVERY_S", 10**9)
+    path = tmp_path / "run.duckdb"
+    store = RunStore(path)
+    try:
+        runner.replay_into_store(get("snapshot-outlasts-deadline"), store)
+        store.writer().flush(60)
+        with store.cursor() as cur:
+            done, total, _, _ = derived.pending(cur)
+            assert done == 0 and total > 0
+            assert cur.execute("SELECT count(*) FROM d_deadlines").fetchall()[0][0] == 0
+            for name, _ in views.definitions():
+                assert _rows(cur, name) == _rows(cur, f"rs_read.{name}"), name
+    finally:
+        store.close()
+    with RunStore(path, read_only=True) as store, store.cursor() as cur:
+        done, total, _, _ = derived.pending(cur)
+        assert done == total  # the close derived the rest
+
+
+def test_an_older_store_is_brought_up_to_date_on_first_write(tmp_path, caplog):
+    path = tmp_path / "run.duckdb"
+    with RunStore(path) as store:
+        runner.replay_into_store(get("demo"), store)
+    import duckdb
+
+    con = duckdb.connect(str(path))  # as a store written before its rows were maintained
+    for name in derived.MAINTAINED:
+        con.execute(f"DROP TABLE d_{name}")
+    for schema in derived.SCHEMAS:
+        con.execute(f"DROP SCHEMA {schema} CASCADE")
+    con.execute("DROP TABLE derive_state")
+    con.close()
+    with RunStore(path, read_only=True) as store, store.cursor() as cur:
+        assert not derived.available(cur)
+        assert store.relation("deadlines") == "deadlines"  # read-only: the views, as before
+    with caplog.at_level("INFO"), RunStore(path):
+        pass
+    assert any("derived the model rows" in r.getMessage() for r in caplog.records)
+    diff, counts = differences(path)
+    assert not diff and counts["deadlines"] > 0, (diff, counts)
+
+
+_WRITER = textwrap.dedent("""
+    import sys
+    from rolloutscope.replay.runner import replay_into_store
+    from rolloutscope.replay.scenarios import get
+    from rolloutscope.store import RunStore, derived
+    derived.PASS_AFTER_SPANS = 500
+    store = RunStore(sys.argv[1])
+    store.writer(max_rows=400)
+    seed = 0
+    while True:
+        replay_into_store(get("demo"), store, seed=seed, run_id=f"r{seed}")
+        store.writer().flush(60)
+        print("replayed", seed, store.writer().stats.derive_passes, flush=True)
+        seed += 1
+""")
+
+
+def test_kill_9_while_deriving_then_reopen_derives_the_rest(tmp_path):
+    path = tmp_path / "run.duckdb"
+    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(path)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        passes = 0
+        while passes < 3:  # killed while later replays commit and derive
+            line = read_line(proc.stdout, time.monotonic() + 120)
+            assert line, proc.stderr.read().decode()[-2000:]
+            passes = int(line.split()[2])
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        proc.kill()
+    with RunStore(path) as store:  # replays the WAL; derives what the kill left pending
+        runs = store.run_ids()
+    assert len(runs) >= 2
+    diff, counts = differences(path)
+    assert not diff, diff
+    assert counts["deadlines"] > 0
+
+
+def _cli(*argv: str) -> str:
+    out = subprocess.run([sys.executable, "-m", "rolloutscope", *argv], capture_output=True,
+                         text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+def test_info_and_incidents_read_the_same_from_the_maintained_rows(tmp_path):
+    """`info` and `incidents` print the same on a store with maintained rows and on the same
+    spans without them (read from every span), but for info's list of views it counted."""
+    path = tmp_path / "run.duckdb"
+    with RunStore(path) as store:
+        runner.replay_into_store(get("demo"), store)
+        runner.replay_into_store(get("chaos-kill-serving"), store)
+    plain = tmp_path / "plain.duckdb"
+    import shutil
+
+    import duckdb
+
+    shutil.copy(path, plain)
+    con = duckdb.connect(str(plain))
+    for name in derived.MAINTAINED:
+        con.execute(f"DROP TABLE d_{name}")
+    con.execute("DROP TABLE d_span_buckets")
+    con.execute("DROP TABLE d_resources")
+    for schema in derived.SCHEMAS:
+        con.execute(f"DROP SCHEMA {schema} CASCADE")
+    con.execute("DROP TABLE derive_state")
+    con.close()
+
+    def info(p):
+        return [line for line in _cli("info", str(p)).splitlines()[1:]
+                if "model views:" not in line and "keeps no maintained rows" not in line]
+
+    assert info(path) == info(plain)
+    for argv in ([], ["--json"], ["--since", "5m"], ["--kind", "quarantine"]):
+        assert _cli("incidents", str(path), *argv) == _cli("incidents", str(plain), *argv), argv
+
+
+def test_incidents_since_and_step_select_by_time(tmp_path):
+    import json
+
+    path = tmp_path / "run.duckdb"
+    with RunStore(path) as store:
+        runner.replay_into_store(get("demo"), store, run_id="demo")
+        last = store.query("SELECT last_seen_ns FROM runs WHERE run_id = 'demo'")[0][0]
+        steps = store.query("SELECT count(*) FROM spans WHERE name = 'rl.train_step'")[0][0]
+    every = json.loads(_cli("incidents", str(path), "--json"))
+    assert len(every) >= 4
+    since = json.loads(_cli("incidents", str(path), "--json", "--since", "5m"))
+    cutoff = last - 300 * 10**9
+    assert since == [i for i in every if i["end_ns"] is None or i["end_ns"] >= cutoff]
+    assert 0 < len(since) < len(every)
+    bad = subprocess.run([sys.executable, "-m", "rolloutscope", "incidents", str(path),
+                          "--since", "soon"], capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 2 and "--since 'soon'" in bad.stderr
+    assert steps > 2  # the demo trains
+    with RunStore(path, read_only=True) as store:
+        ends = [r[0] for r in store.query("SELECT end_ns FROM spans WHERE run_id = 'demo' AND "
+                                          "name = 'rl.train_step' ORDER BY end_ns")]
+    for step in (1, 2, steps):
+        lo, hi = ends[step - 2] if step > 1 else 0, ends[step - 1]
+        one = json.loads(_cli("incidents", str(path), "--json", "--run-id", "demo",
+                              "--step", str(step)))
+        assert one == [i for i in every if i["start_ns"] <= hi
+                       and (i["end_ns"] is None or i["end_ns"] >= lo)], step
+    missing = subprocess.run([sys.executable, "-m", "rolloutscope", "incidents", str(path),
+                              "--run-id", "demo", "--step", "99999"], capture_output=True,
+                             text=True, cwd=ROOT)
+    assert missing.returncode == 2 and "step" in missing.stderr
