@@ -148,10 +148,13 @@ def timeline_around(store: RunStore, incident: ParkedDeadline, *,
     """The incident's rollout, the snapshots and the incidents, from ``pad_s`` before its
     deadline started to ``pad_s`` after the snapshot that parked it ended."""
     run_id = incident.run_id
-    df = runs.timeline(store, run_id, side=run_id)
     lo = incident.deadline_start_s - pad_s
     hi = (incident.snapshot_end_s if incident.snapshot_end_s is not None
           else incident.fired_at_s) + pad_s
+    origin = origin_ns(store, run_id)
+    # only that stretch is read (the maintained rows where the store keeps them), not the run
+    df = runs.timeline(store, run_id, side=run_id,
+                       window=(origin + int(lo * 1e9) - 1, origin + int(hi * 1e9) + 1))
     rollout = incident.rollout_id.split("-", 1)[0]
     lanes = df.lane.isin([rollout, incident.rollout_id, "snapshots", "incidents"])
     overlaps = (df.start_s <= hi) & (df.end_s.isna() | (df.end_s >= lo))

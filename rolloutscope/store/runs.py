@@ -244,9 +244,23 @@ def snapshot_outcomes(store: RunStore, run_id: str) -> pd.DataFrame:
 TIMELINE_COLUMNS = ["run", "lane", "kind", "label", "start_s", "end_s", "outcome"]
 
 
-def timeline(store: RunStore, run_id: str, *, side: str) -> pd.DataFrame:
+def _rows_of(store: RunStore, name: str, run_id: str, window: tuple[int, int] | None,
+             start: str = "start_ns", end: str = "end_ns") -> pd.DataFrame:
+    """View ``name``'s rows of the run (read from its maintained rows where the store keeps
+    them: ``RunStore.relation``); with ``window`` (epoch ns), only those overlapping it."""
+    if window is None:
+        return store.view(name, run_id=run_id)
+    return store.query_df(
+        f"SELECT * FROM {store.relation(name)} WHERE run_id = ? AND {start} <= ? "
+        f"AND ({end} IS NULL OR {end} >= ?)", [run_id, window[1], window[0]])
+
+
+def timeline(store: RunStore, run_id: str, *, side: str,
+             window: tuple[int, int] | None = None) -> pd.DataFrame:
     """One run's story as rows on a simulated-time axis: RL tries per rollout, parked stays,
     snapshot windows, fired deadlines, shard states and incidents (instants have end_s = start_s).
+    ``window`` (epoch ns, start and end): only what overlaps it, read as such (a few minutes of a
+    long run cost their rows, not the run's).
     """
     origin = origin_ns(store, run_id)
     rows: list[dict[str, Any]] = []
@@ -258,27 +272,34 @@ def timeline(store: RunStore, run_id: str, *, side: str) -> pd.DataFrame:
                      "end_s": e, "outcome": None if outcome is None or pd.isna(outcome)
                      else str(outcome)})
 
-    for r in store.view("rollout_attempts", run_id=run_id).itertuples():
+    for r in _rows_of(store, "rollout_attempts", run_id, window).itertuples():
         label = (f"Gym attempt {r.capture_key}" if r.dialect == "gym" else f"try {r.attempt}")
         add(str(r.rollout_id), "try", label, r.start_ns, r.end_ns, r.outcome)
-    for r in store.view("parked_intervals", run_id=run_id).itertuples():
+    for r in _rows_of(store, "parked_intervals", run_id, window).itertuples():
         add(str(r.rollout_id).split("-", 1)[0] if r.rollout_id else "?", "parked",
             f"{r.rollout_id} parked", r.start_ns, r.end_ns, r.boundary_state)
-    for r in store.view("deadlines", run_id=run_id).itertuples():
+    for r in _rows_of(store, "deadlines", run_id, window, "fired_ns", "fired_ns").itertuples():
         if r.outcome == "fired":
             add(str(r.rollout_id), "deadline_fired", f"try {r.attempt} deadline fired",
                 r.fired_ns, r.fired_ns, r.state_when_fired)
-    for r in store.view("completions", run_id=run_id).itertuples():
+    for r in _rows_of(store, "completions", run_id, window, "completed_ns",
+                      "completed_ns").itertuples():
         add(str(r.rollout_id).split("-", 1)[0], "completion", f"{r.rollout_id} completed",
             r.completed_ns, r.completed_ns, "acknowledged" if pd.notna(r.ack_ns)
             else "unacknowledged")
-    windows = store.view("checkpoint_windows", run_id=run_id).sort_values("start_ns")
-    for i, r in enumerate(windows.itertuples(), 1):
+    windows = _rows_of(store, "checkpoint_windows", run_id, window).sort_values("start_ns")
+    first = 1
+    if window is not None and len(windows):
+        # numbered as in the whole run: the snapshots that started before the first read
+        first += store.query(
+            f"SELECT count(*) FROM {store.relation('checkpoint_windows')} "
+            "WHERE run_id = ? AND start_ns < ?", [run_id, int(windows.start_ns.iloc[0])])[0][0]
+    for i, r in enumerate(windows.itertuples(), first):
         add("snapshots", "snapshot", f"snapshot {i}", r.start_ns, r.end_ns, r.outcome)
-    for r in store.view("shard_states", run_id=run_id).itertuples():
+    for r in _rows_of(store, "shard_states", run_id, window).itertuples():
         add(f"shard {r.shard_idx}", "shard_state", str(r.state), r.start_ns, r.end_ns,
             r.trigger)
-    inc = store.view("incidents", run_id=run_id)
+    inc = _rows_of(store, "incidents", run_id, window, "start_ns", "start_ns")
     for r in inc.itertuples():
         add("incidents", "incident", str(r.kind), r.start_ns, r.start_ns, r.subject)
     df = pd.DataFrame(rows, columns=TIMELINE_COLUMNS)

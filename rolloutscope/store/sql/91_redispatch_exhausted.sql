@@ -10,11 +10,13 @@ WITH infra AS (
            mode(failure_reason) AS reason, list(span_id ORDER BY start_ns) AS ids
     FROM rollout_attempts
     WHERE failure_class = 'infra' AND outcome = 'failed'
-    GROUP BY run_id, prompt_idx
+    -- a try that names no prompt (a released Gym's attempt) counts against its own rollout
+    GROUP BY run_id, prompt_idx, CASE WHEN prompt_idx IS NULL THEN rollout_id END
 )
 SELECT
     i.run_id,
-    'p11-' || substr(md5(i.run_id || i.prompt_idx), 1, 9) AS incident_id,
+    'p11-' || substr(md5(i.run_id || coalesce(CAST(i.prompt_idx AS VARCHAR),
+                                              'rollout ' || i.rollout_id)), 1, 9) AS incident_id,
     'redispatch_exhausted' AS kind,
     'critical' AS severity,
     i.first_ns AS start_ns,
@@ -22,7 +24,7 @@ SELECT
     coalesce(i.rollout_id, 'prompt ' || i.prompt_idx) AS subject,
     format('Prompt {} failed {} times on infrastructure errors ({}) from {:.1f} s to {:.1f} s, '
            'exhausting max_infra_attempts_per_prompt={}.',
-           i.prompt_idx, i.failures, i.reason, (i.first_ns - t.origin_ns) / 1e9,
+           coalesce(CAST(i.prompt_idx AS VARCHAR), i.rollout_id), i.failures, i.reason, (i.first_ns - t.origin_ns) / 1e9,
            (i.last_ns - t.origin_ns) / 1e9, t.max_infra_attempts_per_prompt) AS summary,
     i.ids AS evidence,
     (SELECT arg_max(q.incident_id, q.end_ns) FROM quarantine q
