@@ -4,8 +4,9 @@ DuckDB, Arrow, pandas, NumPy, Panel, Bokeh or HoloViews, nor the store.
 
 Each entry point is imported in a fresh interpreter (one already running the tests has them all
 loaded), and ``connect()`` is called there for both protocols, so a lazy import on its path is
-caught too. docs/instrumenting.md#the-client-side-in-an-observed-process lists what the client
-side needs installed; the last tests hold that list to what the entry points really load and to
+caught too; the client modules' source is read for imports inside functions.
+docs/instrumenting.md#the-client-side-in-an-observed-process lists what the client side needs
+installed; the last tests hold that list to what the entry points really load and to
 pyproject.toml's pins.
 """
 
@@ -26,6 +27,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from rolloutscope.collectors.gym_compat import packaged
+from tests.test_architecture import imports_of, modules
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "instrumenting.md"
@@ -134,6 +136,24 @@ def test_the_gym_side_files_import_nothing_of_rolloutscope(file):
     loaded = loaded_by((file,), path=packaged(f"{file}.py").parent)
     assert [m for m in loaded if top(m) == "rolloutscope"] == []
     assert heavy_and_workbench(loaded)["heavy"] == []
+
+
+def test_no_client_module_imports_the_workbench_even_inside_a_function():
+    # what the fresh interpreters above cannot see: an import that runs only when called.
+    # collectors.ray is left out: its functions build the collector inside the Ray actor, on
+    # the workbench side; importing it is checked above.
+    client = {name for name in modules()
+              if name in ("rolloutscope", "rolloutscope.vocabulary", "rolloutscope.clock",
+                          "rolloutscope.collectors.batching", "rolloutscope.collectors.connect")
+              or name.startswith(("rolloutscope.collectors.instrument",
+                                  "rolloutscope.collectors.gym_compat"))}
+    client.discard("rolloutscope.collectors.gym_compat.doctor")  # the CLI's side of the shim
+    assert {"rolloutscope.collectors.instrument.fleet", "rolloutscope.collectors.connect",
+            "rolloutscope.collectors.gym_compat.probe"} <= client
+    offenders = {name: sorted(i for i in imports_of(modules()[name])
+                              if i not in client and i != "rolloutscope.collectors")
+                 for name in client}
+    assert {k: v for k, v in offenders.items() if v} == {}
 
 
 # -- the guide's install list -------------------------------------------------------------------
