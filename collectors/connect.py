@@ -3,8 +3,8 @@
 ``connect()`` installs a TracerProvider (and, if asked, a MeterProvider and a LoggerProvider)
 exporting over OTLP/HTTP protobuf or OTLP/gRPC, with a BatchSpanProcessor sized so that
 20k spans/s do not drop: the SDK default (2,048-span queue, 512-span batches every 5 s) drops
-most spans at that rate; these sizes are the in-process exporter's (``batching.py``), and
-each stays overridable through the SDK's own ``OTEL_BSP_*`` variables.
+most spans at that rate; the sizes are ``batching.py``'s, which the in-process exporter uses
+too, and each stays overridable through the SDK's own ``OTEL_BSP_*`` variables.
 
 Client side: this runs inside the observed process and imports only the standard library,
 OpenTelemetry and the vocabulary, never the workbench's DuckDB, Arrow or pandas
