@@ -3,8 +3,12 @@
 ``connect()`` installs a TracerProvider (and, if asked, a MeterProvider and a LoggerProvider)
 exporting over OTLP/HTTP protobuf or OTLP/gRPC, with a BatchSpanProcessor sized so that
 20k spans/s do not drop: the SDK default (2,048-span queue, 512-span batches every 5 s) drops
-most spans at that rate; these sizes are the in-process exporter's (see ``exporter.py``), and
-each stays overridable through the SDK's own ``OTEL_BSP_*`` variables.
+most spans at that rate; the sizes are ``batching.py``'s, which the in-process exporter uses
+too, and each stays overridable through the SDK's own ``OTEL_BSP_*`` variables.
+
+Client side: this runs inside the observed process and imports only the standard library,
+OpenTelemetry and the vocabulary, never the workbench's DuckDB, Arrow or pandas
+(tests/instrument/test_light_client.py).
 """
 
 from __future__ import annotations
@@ -16,17 +20,8 @@ from typing import Any, Literal
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from rolloutscope.collectors.exporter import (
-    DEFAULT_MAX_EXPORT_BATCH_SIZE,
-    DEFAULT_MAX_QUEUE_SIZE,
-    DEFAULT_SCHEDULE_DELAY_MS,
-    ENV_BSP_MAX_EXPORT_BATCH_SIZE,
-    ENV_BSP_MAX_QUEUE_SIZE,
-    ENV_BSP_SCHEDULE_DELAY,
-    _env_int,
-)
+from rolloutscope.collectors.batching import batch_span_processor
 from rolloutscope.vocabulary import ResourceAttr
 
 Protocol = Literal["http/protobuf", "grpc"]
@@ -101,12 +96,8 @@ def connect(
         return cls(**kw)
 
     tracer_provider = TracerProvider(resource=resource)
-    tracer_provider.add_span_processor(BatchSpanProcessor(
-        exporter(span_exporter_cls, "traces"),
-        max_queue_size=_env_int(ENV_BSP_MAX_QUEUE_SIZE, DEFAULT_MAX_QUEUE_SIZE),
-        schedule_delay_millis=_env_int(ENV_BSP_SCHEDULE_DELAY, DEFAULT_SCHEDULE_DELAY_MS),
-        max_export_batch_size=_env_int(ENV_BSP_MAX_EXPORT_BATCH_SIZE,
-                                       DEFAULT_MAX_EXPORT_BATCH_SIZE)))
+    tracer_provider.add_span_processor(
+        batch_span_processor(exporter(span_exporter_cls, "traces")))
     connection = CollectorConnection(tracer_provider)
     if metrics:
         from opentelemetry.sdk.metrics import MeterProvider

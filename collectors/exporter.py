@@ -7,7 +7,13 @@ writer. It never raises into the observed process: anything it cannot write is c
 
 ``instrument()`` installs a TracerProvider whose BatchSpanProcessor is sized for 20k spans/s
 without drops (the SDK defaults — a 2,048-span queue exported every 5 s — drop about a quarter
-of the spans at that rate).
+of the spans at that rate; ``rolloutscope.collectors.batching``).
+
+Workbench side: this module loads DuckDB and Arrow through the store. What runs inside an
+observed process and only sends spans imports ``rolloutscope.collectors.connect``, the adapters
+of ``rolloutscope.collectors.instrument`` and ``rolloutscope.collectors.batching`` instead;
+the names they share with this module (the processor's sizes, ``emit_open_marker``,
+``open_marker_attributes``) are imported here from there and stay importable from here.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import Any
 import orjson
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import Event, ReadableSpan, Span, TracerProvider
+from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     SpanExporter,
@@ -33,6 +39,19 @@ from opentelemetry.sdk.trace.export import (
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, Status, StatusCode
 
+from rolloutscope.collectors.batching import (  # noqa: F401 - importable from here too
+    DEFAULT_MAX_EXPORT_BATCH_SIZE,
+    DEFAULT_MAX_QUEUE_SIZE,
+    DEFAULT_SCHEDULE_DELAY_MS,
+    ENV_BSP_MAX_EXPORT_BATCH_SIZE,
+    ENV_BSP_MAX_QUEUE_SIZE,
+    ENV_BSP_SCHEDULE_DELAY,
+    batch_span_processor,
+)
+from rolloutscope.collectors.instrument.markers import (  # noqa: F401 - importable from here too
+    emit_open_marker,
+    open_marker_attributes,
+)
 from rolloutscope.store.errors import QueueFullError
 from rolloutscope.store.fit import COPIED, ColumnFitError
 from rolloutscope.store.rows import RowBatch, arrow_from_buffers, attributes_json, span_problem
@@ -42,21 +61,11 @@ from rolloutscope.vocabulary import Attr, ResourceAttr
 
 log = logging.getLogger(__name__)
 
-# BatchSpanProcessor sizing that keeps up with 20k spans/s in one process (see the benchmark
-# benchmarks/bench_exporter.py). Each is overridable through the SDK's own variables.
-ENV_BSP_MAX_QUEUE_SIZE = "OTEL_BSP_MAX_QUEUE_SIZE"
-ENV_BSP_SCHEDULE_DELAY = "OTEL_BSP_SCHEDULE_DELAY"
-ENV_BSP_MAX_EXPORT_BATCH_SIZE = "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"
-DEFAULT_MAX_QUEUE_SIZE = 262_144
-DEFAULT_SCHEDULE_DELAY_MS = 100
-DEFAULT_MAX_EXPORT_BATCH_SIZE = 8_192
 # How long the store's writer gathers the processor's exports into one commit. No sender waits
 # on an acknowledgement here (``force_flush`` commits at once), so the bound is a second, not
 # the collector's 50 ms: at 20k spans/s a commit holds ~20,000 rows instead of ~2,000, which
 # costs DuckDB a few µs less per span (benchmarks/bench_exporter.py).
 COMMIT_DELAY_MS = 1_000
-
-
 
 
 def _plain_attributes(span: ReadableSpan) -> dict[str, Any]:
@@ -435,15 +444,6 @@ class Instrumentation:
             self.store.close()
 
 
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    try:
-        return int(raw) if raw else default
-    except ValueError:
-        log.warning("ignoring %s=%r: not an integer", name, raw)
-        return default
-
-
 def instrument(
     store: RunStore | str | Path, *, service_name: str, run_id: str | None = None,
     resource_attributes: Mapping[str, Any] | None = None, set_global: bool = False,
@@ -459,42 +459,9 @@ def instrument(
     attrs.update(resource_attributes or {})
     provider = TracerProvider(resource=Resource.create(attrs))
     exporter = StoreSpanExporter(run_store)
-    processor = BatchSpanProcessor(
-        exporter,
-        max_queue_size=_env_int(ENV_BSP_MAX_QUEUE_SIZE, DEFAULT_MAX_QUEUE_SIZE),
-        schedule_delay_millis=_env_int(ENV_BSP_SCHEDULE_DELAY, DEFAULT_SCHEDULE_DELAY_MS),
-        max_export_batch_size=_env_int(ENV_BSP_MAX_EXPORT_BATCH_SIZE,
-                                       DEFAULT_MAX_EXPORT_BATCH_SIZE),
-    )
+    processor = batch_span_processor(exporter)
     provider.add_span_processor(processor)
     if set_global:
         trace.set_tracer_provider(provider)
     return Instrumentation(provider=provider, exporter=exporter, processor=processor,
                            store=run_store, owns_store=owns)
-
-
-def emit_open_marker(tracer: trace.Tracer, span: Span) -> None:
-    """Make an interval visible before it ends.
-
-    OTel exports a span only when it ends, but live views need intervals that are still open (a
-    rollout parked right now, a shard's current state). This emits a zero-length marker span
-    carrying the open span's name, parent, start and attributes plus ``Attr.OPEN_MARKER_FOR``
-    (the open span's id); the store files it under that id with no end, and drops it when the
-    real span arrives.
-    """
-    attrs = open_marker_attributes(span.attributes, span.get_span_context(), span.parent)
-    # a child of the open span, so that it shares its trace id whatever the parent
-    marker = tracer.start_span(span.name, context=trace.set_span_in_context(span),
-                               kind=span.kind, attributes=attrs, start_time=span.start_time)
-    marker.end(end_time=span.start_time)
-
-
-def open_marker_attributes(attributes: Mapping[str, Any] | None, context: trace.SpanContext,
-                           parent: trace.SpanContext | None) -> dict[str, Any]:
-    """The attributes of the start marker of the open span with ``context`` and ``parent``:
-    its own, plus the ids the store files the marker under (see ``emit_open_marker``)."""
-    attrs = dict(attributes or {})
-    attrs[Attr.OPEN_MARKER_FOR] = _hex_span(context.span_id)
-    if parent is not None:
-        attrs[Attr.OPEN_MARKER_PARENT] = _hex_span(parent.span_id)
-    return attrs

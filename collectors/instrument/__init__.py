@@ -12,6 +12,11 @@ raises into it:
 
 ``docs/instrumenting.md`` says where each goes and what it shows. The clocks a ``Deadline`` is
 handed (``LoopClock`` live, ``ManualClock`` in tests) live in ``rolloutscope.clock``.
+
+They run inside the observed process, so they import only the standard library, OpenTelemetry,
+orjson and rolloutscope's vocabulary and clocks, never the store or the workbench's DuckDB,
+Arrow and pandas (tests/instrument/test_light_client.py;
+docs/instrumenting.md#the-client-side-in-an-observed-process).
 """
 
 from rolloutscope.collectors.instrument.deadlines import (

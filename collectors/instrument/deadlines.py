@@ -39,10 +39,9 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import Span, StatusCode, Tracer
 
-from rolloutscope.collectors.exporter import emit_open_marker
 from rolloutscope.clock import DeadlineClock, LoopClock, TimerHandle
 from rolloutscope.collectors.instrument.guard import InstrumentFailures
-from rolloutscope.collectors.instrument.markers import OPEN_MARKER_AFTER_S
+from rolloutscope.collectors.instrument.markers import OPEN_MARKER_AFTER_S, emit_open_marker
 from rolloutscope.vocabulary import (
     Attr,
     DeadlineHolder,

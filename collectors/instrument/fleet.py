@@ -45,8 +45,8 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, Tracer
 
-from rolloutscope.collectors.exporter import emit_open_marker
 from rolloutscope.collectors.instrument.guard import InstrumentFailures
+from rolloutscope.collectors.instrument.markers import emit_open_marker
 from rolloutscope.vocabulary import (
     Attr,
     EventName,

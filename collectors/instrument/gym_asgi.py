@@ -47,7 +47,6 @@ from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, StatusCode, Tracer
 
-from rolloutscope.collectors.exporter import emit_open_marker
 from rolloutscope.collectors.instrument.checkpoint_routes import (
     ACKNOWLEDGE_OP,
     CONTROL_PREFIX,
@@ -62,7 +61,7 @@ from rolloutscope.collectors.instrument.checkpoint_routes import (
     request_attributes,
     rollout_attributes,
 )
-from rolloutscope.collectors.instrument.markers import OPEN_MARKER_AFTER_S
+from rolloutscope.collectors.instrument.markers import OPEN_MARKER_AFTER_S, emit_open_marker
 from rolloutscope.collectors.instrument.guard import InstrumentFailures
 from rolloutscope.vocabulary import (
     Attr,
