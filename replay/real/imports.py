@@ -93,8 +93,7 @@ def unresolved_imports(root: Path, module: str, *,
                                                    module=package, name=None,
                                                    lack=Lack.PACKAGE, at_import=runs))
                     continue
-                lacking = next((m for m in _with_parents(target)
-                                if _module_file(root, m) is None), None)
+                lacking = next((m for m in _with_parents(target) if not _exists(root, m)), None)
                 if lacking is not None:
                     found.add(UnresolvedImport(importer=name, line=statement.lineno,
                                                module=lacking, name=None, lack=Lack.MODULE,
@@ -106,14 +105,14 @@ def unresolved_imports(root: Path, module: str, *,
                 bound = bound_in[target]
                 for imported in names:
                     submodule = f"{target}.{imported}"
-                    if _module_file(root, submodule) is not None:
+                    if _exists(root, submodule):
                         queue.extend((m, runs) for m in _with_parents(submodule))
                     elif ANY_NAME not in bound and imported not in bound:
                         found.add(UnresolvedImport(importer=name, line=statement.lineno,
                                                    module=target, name=imported,
                                                    lack=Lack.NAME, at_import=runs))
-    if _module_file(root, module) is None:
-        lacking = next(m for m in _with_parents(module) if _module_file(root, m) is None)
+    if not _exists(root, module):
+        lacking = next(m for m in _with_parents(module) if not _exists(root, m))
         found.add(UnresolvedImport(importer=module, line=0, module=lacking, name=None,
                                    lack=Lack.MODULE, at_import=True))
     # a statement reached both ways is reported once, as the stronger
@@ -155,6 +154,11 @@ def _module_file(root: Path, module: str) -> Path | None:
         if path.is_file():
             return path
     return None
+
+
+def _exists(root: Path, module: str) -> bool:
+    """A module file, a package, or a namespace package (a directory without ``__init__``)."""
+    return _module_file(root, module) is not None or root.joinpath(*module.split(".")).is_dir()
 
 
 def _is_type_checking(test: ast.expr) -> bool:

@@ -196,6 +196,15 @@ class TestEveryLackingImportIsNamed:
         assert python_imports(root, "nemo_gym.tic.sink", tmp_path) == ["ImportError",
                                                                        "nemo_gym.top"]
 
+    def test_a_directory_without_init_is_a_namespace_package_as_python_has_it(self, tmp_path):
+        root = write(tmp_path / "gym", {
+            "nemo_gym/__init__.py": "",
+            "nemo_gym/ns/mod.py": "A = 1\n",
+            "nemo_gym/user.py": "from nemo_gym.ns.mod import A\nfrom nemo_gym.ns import mod\n",
+        })
+        assert unresolved_imports(root, "nemo_gym.user") == ()
+        assert python_imports(root, "nemo_gym.user", tmp_path) is None
+
     def test_a_third_party_package_not_installed_is_named_as_a_package(self, tmp_path):
         root = write(tmp_path / "gym", {
             "nemo_gym/__init__.py": "",
