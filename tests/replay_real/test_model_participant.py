@@ -52,6 +52,16 @@ class TestTheRecordedRevisions:
                 assert re.fullmatch(r"[0-9a-f]{40}", revision.commit)
                 assert revision.commit.startswith(revision.revision)
 
+    def test_the_refusal_of_model_participant_names_what_each_revision_lacks(self):
+        from rolloutscope.replay.plugins import NOT_PLUGGABLE
+
+        refusal = NOT_PLUGGABLE["model_participant"]
+        for revision in recorded_revisions():
+            if revision.lacking:
+                assert revision.revision in refusal
+            for item in revision.lacking:
+                assert item.name in refusal, item.target
+
     def test_a_checkout_model_py_is_told_apart_by_what_it_imports(self, tmp_path):
         b58 = next(r for r in recorded_revisions() if r.revision == "b58bb4f")
         files = {"nemo_gym/__init__.py": ""}
