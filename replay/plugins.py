@@ -115,11 +115,13 @@ class UnknownPluginKindError(PluginError):
 # Gym participants the replay does not drive with real code, and why (docs/replaying-real-code.md)
 NOT_PLUGGABLE = {
     "model_participant": (
-        "NeMo-Gym's PolicyModelParticipant (nemo_gym/_checkpoint/model.py at b58bb4f) does not "
-        "load with the checkpoint stack it ships with: it imports nemo_gym._checkpoint."
-        "generation_cut, nemo_gym.token_id_capture (fingerprint, sink, staging.records) and "
-        "errors.InvalidRolloutIdError, which the matching errors.py lacks; the replay keeps the "
-        "reference policy-model participant"),
+        "no revision of NeMo-Gym's PolicyModelParticipant (nemo_gym/_checkpoint/model.py) loads "
+        "with a checkpoint stack it agrees with: at b58bb4f it imports nemo_gym._checkpoint."
+        "generation_cut and nemo_gym.token_id_capture (fingerprint, sink, staging.records), "
+        "found at other commits, and errors.InvalidRolloutIdError and telemetry.gym_metrics."
+        "record_checkpoint_event, which no version read defines; at 1a003fe, control."
+        "RetiringAttempts (docs/replaying-real-code.md, 'The policy-model participant's "
+        "revisions'); the replay keeps the reference policy-model participant"),
     "environment_participant": (
         "NeMo-Gym's EnvironmentParticipant is driven by an environment server's episode steps "
         "(begin(episode, task, deadline: asyncio.Timeout), step(...), boundary(...)); the "

@@ -43,6 +43,7 @@ from types import ModuleType
 from typing import Any
 
 from rolloutscope.replay.errors import ReplayError
+from rolloutscope.replay.real.imports import UnresolvedImport, unresolved_imports
 
 DOUBLES = "doubles"
 
@@ -105,10 +106,12 @@ class UpstreamImportError(ReplayError):
     """The upstream code is there but one of its modules cannot be imported here."""
 
     def __init__(self, upstream: Upstream, module: str, missing: str | None,
-                 detail: str) -> None:
+                 detail: str, *, unresolved: tuple[UnresolvedImport, ...] = ()) -> None:
         self.upstream = upstream
         self.module = module
         self.missing = missing  # the module name Python could not find, when that is the cause
+        # every import the checkout cannot satisfy, read from the source (Python stops at one)
+        self.unresolved = unresolved
         if missing is not None and missing.split(".")[0] == upstream.value:
             why = (f"the checkout has no module {missing} (needed by {module}); "
                    f"the checkout is incomplete or from a branch without it")
@@ -116,6 +119,9 @@ class UpstreamImportError(ReplayError):
             why = f"{module} needs the Python package {missing.split('.')[0]!r}, not installed"
         else:
             why = f"{module} failed to import: {detail}"
+        lacking = [item.describe() for item in unresolved if item.at_import]
+        if lacking:
+            why += f". Everything it lacks to load: {'; '.join(lacking)}"
         super().__init__(f"{upstream.repository}: {why}")
 
 
@@ -259,12 +265,23 @@ class UpstreamCode:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
-            raise UpstreamImportError(self.upstream, name, exc.name, str(exc)) from None
+            raise UpstreamImportError(self.upstream, name, exc.name, str(exc),
+                                      unresolved=self._unresolved(name)) from None
         except Exception as exc:  # upstream code failing at import is a finding, not a crash
+            unresolved = self._unresolved(name) if isinstance(exc, ImportError) else ()
             raise UpstreamImportError(self.upstream, name, None,
-                                      f"{type(exc).__name__}: {exc}") from None
+                                      f"{type(exc).__name__}: {exc}",
+                                      unresolved=unresolved) from None
         return LoadedModule(upstream=self.upstream, name=name, module=module,
                             file=Path(module.__file__ or ""), loaded_by=LoadMethod.IMPORT)
+
+    def _unresolved(self, name: str) -> tuple[UnresolvedImport, ...]:
+        """All that ``name`` lacks in this checkout, for an error that would name only one."""
+        assert self.root is not None
+        try:
+            return unresolved_imports(self.root, name)
+        except (OSError, SyntaxError, UnicodeDecodeError):  # the import error says enough
+            return ()
 
     def _by_file(self, name: str, classes: tuple[str, ...]) -> LoadedModule:
         """RL: the module's file on its own (its package __init__ needs transformers)."""
