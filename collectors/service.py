@@ -58,9 +58,10 @@ DEFAULT_GRPC_PORT = 4317
 SELF_METRICS_INTERVAL_S = 10.0
 DEFAULT_STORE_MEMORY_MIB = 1024
 FDS_KEPT_BACK = 128  # descriptors left for the store's files, the dashboard and the rest
-MAX_SIZED_CONNECTIONS = 8192
-"""Connections per server when the open-file limit sizes them, however high it is: each idle
-one costs the collector memory (tests/collectors/test_fanin.py measures it)."""
+MAX_SIZED_CONNECTIONS = 4096
+"""Connections per server when the open-file limit sizes them, however high it is: an idle
+HTTP connection costs the collector about 18 KiB and a gRPC one 16, so 136 MiB at most for both
+servers, which the README's memory bound counts."""
 FLEET_CONNECTIONS = 1024
 """Fewer connections per server than this, from the open-file limit, is warned about at start:
 a fleet of exporters (one per Gym server, engine and trainer rank) reaches it."""

@@ -220,7 +220,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "rows) before senders get 429 / RESOURCE_EXHAUSTED")
     p.add_argument("--max-connections", type=int, default=CollectorConfig.max_connections,
                    help="open connections per server (default: what the open-file limit "
-                        "holds, which serve raises to the hard limit, up to 8192); past them "
+                        "holds, which serve raises to the hard limit, up to 4096); past them "
                         "senders are answered 503 / UNAVAILABLE, which they retry")
     p.add_argument("--header-timeout-s", type=float, default=CollectorConfig.header_timeout_s,
                    help="time a connection has to send a request head")
