@@ -9,6 +9,8 @@ stock exporters retry rather than drop.
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 from google.protobuf.duration_pb2 import Duration
 from google.rpc.error_details_pb2 import RetryInfo
@@ -40,16 +42,29 @@ def _retry_trailers(retry_after_s: float) -> tuple[tuple[str, bytes], ...]:
 
 class OtlpGrpcHandlers:
     """The three ``Export`` methods. Each is registered as stream-unary, which reads the same
-    bytes off the wire as unary but leaves reading the message to the handler: a call refused
-    for capacity (more than ``max_concurrent`` being read, decoded or committed, or the
-    ``InflightBudget`` spent) is answered before its message is read into memory."""
+    bytes off the wire as unary but leaves reading the message to the handler: at most
+    ``max_concurrent`` calls read and decode their messages at once, and a call refused for
+    capacity (the ``InflightBudget`` spent, or no slot free) is answered before its message is
+    read into memory.
+
+    A call holds its slot only while its message is read and decoded: waiting for its commit,
+    its rows are held in the budget and the message is gone. A call that finds every slot taken
+    waits for one, up to ``max_waiting`` of them and ``wait_s`` each, before it is refused
+    RESOURCE_EXHAUSTED: a fleet whose calls arrive together (a thousand exporters flushing on
+    the same schedule) is served in turn instead of refused all but ``max_concurrent`` at a
+    time, to come back together after the same RetryInfo delay."""
 
     def __init__(self, receiver: OtlpReceiver, budget: InflightBudget, *,
-                 max_concurrent: int) -> None:
+                 max_concurrent: int, max_waiting: int = 1024,
+                 wait_s: float | None = None) -> None:
         self.receiver = receiver
         self.budget = budget
         self.max_concurrent = max_concurrent
-        self.active = 0
+        self.max_waiting = max_waiting
+        self.wait_s = budget.retry_after_s if wait_s is None else wait_s
+        self._slots = asyncio.Semaphore(max_concurrent)
+        self.active = 0  # calls reading or decoding their message
+        self.waiting = 0  # calls waiting for a slot
 
     def generic_handlers(self) -> list[grpc.GenericRpcHandler]:
         return [
@@ -64,21 +79,45 @@ class OtlpGrpcHandlers:
             return await self.export(signal, requests, context)
         return export
 
+    async def _take_slot(self) -> bool:
+        if not self._slots.locked():
+            await self._slots.acquire()  # free: returns at once
+            return True
+        if self.waiting >= self.max_waiting:
+            return False
+        self.waiting += 1
+        try:
+            async with asyncio.timeout(self.wait_s):
+                await self._slots.acquire()
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self.waiting -= 1
+
     async def export(self, signal: Signal, requests,
                      context: grpc.aio.ServicerContext) -> bytes:
         counters = self.receiver.counters
-        if self.active >= self.max_concurrent:
+        if not await self._take_slot():
             counters.requests[("grpc", "RESOURCE_EXHAUSTED")] += 1
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"collector is at capacity ({self.active} gRPC exports in progress, limit "
-                f"{self.max_concurrent}); retry",
+                f"collector is at capacity ({self.active} gRPC exports being read, limit "
+                f"{self.max_concurrent}, and {self.waiting} waiting); retry",
                 trailing_metadata=_retry_trailers(self.budget.retry_after_s))
         self.active += 1
+        slot = [True]
+
+        def free_slot() -> None:  # once the message is decoded, or the call fails first
+            if slot:
+                slot.clear()
+                self.active -= 1
+                self._slots.release()
+
         arrival = self.receiver.arrive()
         try:
             with self.budget.hold() as held:
-                result = await self._export(signal, requests, held, arrival)
+                result = await self._export(signal, requests, held, arrival, free_slot)
         except BadRequestError as exc:
             counters.problems[exc.problem] += 1
             counters.requests[("grpc", "INVALID_ARGUMENT")] += 1
@@ -92,7 +131,7 @@ class OtlpGrpcHandlers:
             await context.abort(grpc.StatusCode.UNAVAILABLE, exc.message,
                                 trailing_metadata=_retry_trailers(exc.retry_after_s))
         finally:
-            self.active -= 1
+            free_slot()
             arrival.done()
         counters.requests[("grpc", "OK")] += 1
         response = signal.response_type()
@@ -101,8 +140,8 @@ class OtlpGrpcHandlers:
             response.partial_success.error_message = result.message
         return response.SerializeToString()
 
-    async def _export(self, signal: Signal, requests, held: Held,
-                      arrival: Arrival) -> ExportResult:
+    async def _export(self, signal: Signal, requests, held: Held, arrival: Arrival,
+                      free_slot) -> ExportResult:
         body = b""
         async for body in requests:  # a unary call: exactly one message
             break
@@ -113,6 +152,7 @@ class OtlpGrpcHandlers:
         decoded = self.receiver.decode(signal, body, PROTOBUF)
         del body  # only the rows wait for the commit
         held.release(size)
+        free_slot()
         return await self.receiver.commit(signal, decoded, fingerprint=sent, arrival=arrival)
 
 
