@@ -14,8 +14,9 @@ commit of its rows.
 Nothing a sender does can exhaust it: the memory held for requests is bounded in bytes
 (``InflightBudget``), the HTTP server's connections in number and idle time
 (``ConnectionLimiter`` and aiohttp's keep-alive timeout as the header timeout), the gRPC
-server's by its own options, both numbers sized from the open-file limit (``connection_caps``), DuckDB's memory by ``memory_limit``, and queries run off the event
-loop under their deadline (``QueryEngine``).
+server's by its own options, both numbers sized from the open-file limit
+(``connection_caps``), DuckDB's memory by ``memory_limit``, and queries run off the event loop
+under their deadline (``QueryEngine``).
 """
 
 from __future__ import annotations
