@@ -46,6 +46,25 @@ def _stored(c: Collector, run_id: str) -> tuple[int, int]:
     return row["n"], row["d"]
 
 
+# -- sizing ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("limit", "configured", "expected"), [
+    # 128 kept back, half each to HTTP and gRPC, the HTTP half less 1/16 (4..64) for the
+    # connections being refused and 1/8 (4..128) for the accept backlog
+    (256, None, (52, 4, 8)),
+    (1024, None, (364, 28, 56)),
+    (4096, None, (1792, 64, 128)),
+    (20_000, None, (4096, 64, 128)),  # at most MAX_SIZED_CONNECTIONS unless asked
+    (20_000, 9000, (9000, 64, 128)),
+    (1024, 32, (32, 28, 56)),  # asked for fewer than the limit holds
+    (1024, 5000, (364, 28, 56)),  # asked for more
+    (64, None, (24, 4, 4)),  # below what is kept back: a floor of 32 a server
+])
+def test_connections_are_sized_from_the_open_file_limit(limit, configured, expected):
+    caps = connection_caps(configured, limit)
+    assert (caps.http, caps.refusing, caps.backlog) == expected and caps.grpc == caps.http
+
+
 # -- a thousand kept-alive exporters -------------------------------------------------------
 
 @pytest.mark.slow
