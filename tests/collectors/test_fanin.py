@@ -300,15 +300,15 @@ def _outcome(sock: socket.socket) -> str:
 
 
 def test_past_the_refusals_it_can_hold_a_connection_is_reset_and_counted(small):
-    """Refusing holds a descriptor too: at most 4 are being answered here. Of five that
-    connect and wait before sending their heads, the fifth is reset (more, if a probe's
-    refusal was still closing); the others get their answer when their heads arrive."""
+    """Refusing holds a descriptor too: at most 4 are being answered here. Of eight that
+    connect and wait before sending their heads, at most 4 get their answer when their heads
+    arrive (fewer while a probe's refusal is still closing) and the others are reset."""
     address = _address(small)
     with ExitStack() as held:
         _all_in_requests(small, held)
-        waiting = [held.enter_context(_connect(address)) for _ in range(5)]
+        waiting = [held.enter_context(_connect(address)) for _ in range(8)]
         outcomes = [_outcome(sock) for sock in waiting]
-    assert outcomes[-1] == "reset" and "503" in outcomes, outcomes
+    assert 1 <= outcomes.count("503") <= 4 and outcomes.count("reset") >= 4, outcomes
     deadline = time.monotonic() + WAIT_S
     while (http := small.client.metrics()["connections"]["http"])["refusing"]:
         assert time.monotonic() < deadline, http
