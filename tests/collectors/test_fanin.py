@@ -76,8 +76,8 @@ def test_a_thousand_kept_alive_exporters_are_all_admitted_and_every_span_stored(
     if _hard_limit() < 4096:
         pytest.skip(f"this test process may open only {_hard_limit()} files")
     raise_own_file_limit(1300)
-    # a gRPC call waits for a decode slot as long as a refused one would wait to retry: 30 s
-    # here, so that however loaded the machine none is refused
+    # a refused gRPC call retries after 30 s: a collector that refuses more than the odd call
+    # runs the fleet past its 300 s deadline
     c = start_collector(tmp_path / "run.duckdb", *PATIENT, "--retry-after-s", "30",
                         open_files=(1024, 4096))
     try:
@@ -87,9 +87,10 @@ def test_a_thousand_kept_alive_exporters_are_all_admitted_and_every_span_stored(
             assert result.statuses == {200: 10_000}
         else:
             result = grpc_fleet(c.grpc, "fleet", connections=1000, requests=10, spans=5)
-            # every call OK at its first try: the calls that arrive together wait their turn
-            # to be read and decoded, 4 at a time, instead of being refused
-            assert result.statuses == {"OK": 10_000}
+            # every call OK; RESOURCE_EXHAUSTED (retried after its RetryInfo, as the stock
+            # exporter does) only when more than 4 are being read and decoded at once
+            assert result.statuses["OK"] == 10_000
+            assert set(result.statuses) <= {"OK", "RESOURCE_EXHAUSTED"}
         assert not result.errors, result
         assert result.spans_acked == 50_000
         assert _stored(c, "fleet") == (50_000, 50_000)
