@@ -14,8 +14,9 @@ commit of its rows.
 Nothing a sender does can exhaust it: the memory held for requests is bounded in bytes
 (``InflightBudget``), the HTTP server's connections in number and idle time
 (``ConnectionLimiter`` and aiohttp's keep-alive timeout as the header timeout), the gRPC
-server's by its own options, DuckDB's memory by ``memory_limit``, and queries run off the event
-loop under their deadline (``QueryEngine``).
+server's by its own options, both numbers sized from the open-file limit
+(``connection_caps``), DuckDB's memory by ``memory_limit``, and queries run off the event loop
+under their deadline (``QueryEngine``).
 """
 
 from __future__ import annotations
@@ -56,9 +57,15 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_HTTP_PORT = 4318
 DEFAULT_GRPC_PORT = 4317
 SELF_METRICS_INTERVAL_S = 10.0
-DEFAULT_MAX_CONNECTIONS = 512
 DEFAULT_STORE_MEMORY_MIB = 1024
 FDS_KEPT_BACK = 128  # descriptors left for the store's files, the dashboard and the rest
+MAX_SIZED_CONNECTIONS = 4096
+"""Connections per server when the open-file limit sizes them, however high it is: an idle
+HTTP connection costs the collector about 18 KiB and a gRPC one 16, so 136 MiB at most for both
+servers, which the README's memory bound counts."""
+FLEET_CONNECTIONS = 1024
+"""Fewer connections per server than this, from the open-file limit, is warned about at start:
+a fleet of exporters (one per Gym server, engine and trainer rank) reaches it."""
 GRPC_IDLE_MS = 5 * 60 * 1000  # a gRPC connection with no call for this long is closed
 
 
@@ -89,8 +96,9 @@ class CollectorConfig:
     self_metrics_interval_s: float = SELF_METRICS_INTERVAL_S
     max_inflight_bytes: int = DEFAULT_INFLIGHT_BYTES
     """Bytes held for requests not yet answered (bodies, inflated bodies, decoded rows)."""
-    max_connections: int = DEFAULT_MAX_CONNECTIONS
-    """Open connections per server (OTLP/HTTP, OTLP/gRPC); fewer if the fd limit is lower."""
+    max_connections: int | None = None
+    """Open connections per server (OTLP/HTTP, OTLP/gRPC); None: as many as the open-file limit
+    holds, up to ``MAX_SIZED_CONNECTIONS``; fewer than asked if the limit holds fewer."""
     header_timeout_s: float = 10.0
     """A request head must arrive within this of connecting or of the previous response."""
     body_timeout_s: float = 60.0
@@ -108,7 +116,7 @@ class CollectorConfig:
         check_bind(self.host, self.token)
         for name in ("max_inflight_bytes", "max_connections", "grpc_max_concurrent",
                      "store_memory_mib"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.store_threads is not None and self.store_threads < 1:
             raise ValueError(f"store_threads must be positive, got {self.store_threads}")
@@ -183,10 +191,15 @@ class CollectorService:
         self._query: QueryEngine | None = None
         self._budget = InflightBudget(config.max_inflight_bytes,
                                       retry_after_s=config.retry_after_s)
-        http_max, grpc_max = connection_caps(config.max_connections)
-        self._limiter = ConnectionLimiter(max_connections=http_max,
-                                          retry_after_s=config.retry_after_s)
-        self._grpc_max_connections = grpc_max
+        # every connection is a file descriptor: take what the hard limit allows, then size
+        # the caps from it
+        raise_open_file_limit()
+        self.caps = connection_caps(config.max_connections)
+        self._limiter = ConnectionLimiter(max_connections=self.caps.http,
+                                          max_refusing=self.caps.refusing,
+                                          retry_after_s=config.retry_after_s,
+                                          linger_s=config.header_timeout_s)
+        self._grpc_max_connections = self.caps.grpc
         self._started = time.monotonic()
         self._stack: contextlib.AsyncExitStack | None = None
 
@@ -227,8 +240,10 @@ class CollectorService:
                          "last_commit_ms": stats.last_commit_ms}
         doc["inflight"] = {"bytes": self._budget.used, "peak_bytes": self._budget.peak,
                            "max_bytes": self._budget.limit, "refused": self._budget.refused}
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         doc["connections"] = {"http": self._limiter.stats(),
-                              "grpc_max": self._grpc_max_connections}
+                              "grpc_max": self._grpc_max_connections,
+                              "open_file_limit": soft, "open_file_hard_limit": hard}
         doc["uptime_s"] = time.monotonic() - self._started
         doc["gc"] = {"frozen_objects": gc.get_freeze_count(),
                      "collections": [g["collections"] for g in gc.get_stats()]}
@@ -280,9 +295,14 @@ class CollectorService:
         if cfg.commit_when_idle:
             receiver.on_arrived = self._writer.wake
             self._writer.group_with(lambda: receiver.arriving)
-        if self._limiter.max_connections < cfg.max_connections:
-            log.warning("at most %d connections per server: the open-file limit is %d",
-                        self._limiter.max_connections, _open_file_limit())
+        wanted = cfg.max_connections or FLEET_CONNECTIONS
+        if self.caps.http < wanted:
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            log.warning("at most %d connections per server: the open-file limit is %d (hard "
+                        "limit %s); past them senders are answered 503 / UNAVAILABLE and "
+                        "retry. Raise the hard limit (ulimit -Hn, LimitNOFILE=) to admit more",
+                        self.caps.http, soft,
+                        "unlimited" if hard == resource.RLIM_INFINITY else hard)
         grpc_port = await self._start_grpc(stack, receiver)
         http_port = await self._start_http(stack, receiver)
         host = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
@@ -309,7 +329,8 @@ class CollectorService:
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
         site = LimitedTCPSite(runner, cfg.host, cfg.http_port, limiter=self._limiter,
-                              reuse_address=True, shutdown_timeout=cfg.drain_timeout_s)
+                              reuse_address=True, shutdown_timeout=cfg.drain_timeout_s,
+                              backlog=self.caps.backlog)
         await site.start()
         return site._server.sockets[0].getsockname()[1]
 
@@ -385,21 +406,41 @@ class LimitedTCPSite(web.TCPSite):
 
 
 def _open_file_limit() -> int:
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return 1 << 20 if soft == resource.RLIM_INFINITY else soft
 
 
-def connection_caps(configured: int) -> tuple[int, int]:
-    """Connections allowed to the HTTP and the gRPC server: ``configured`` each, fewer where
-    the process's open-file limit would not hold both plus ``FDS_KEPT_BACK``."""
-    share = max(16, (_open_file_limit() - FDS_KEPT_BACK) // 2)
-    cap = min(configured, share)
-    return cap, cap
+@dataclass(frozen=True)
+class ConnectionCaps:
+    http: int
+    """OTLP/HTTP connections admitted at once."""
+    grpc: int
+    """OTLP/gRPC connections admitted at once (``grpc.max_allowed_incoming_connections``)."""
+    refusing: int
+    """HTTP connections past the cap being answered 503 at once (``ConnectionLimiter``)."""
+    backlog: int
+    """The HTTP listening socket's backlog: the event loop accepts up to this many in one go
+    before their protocols admit or refuse them, so they are descriptors too."""
+
+
+def connection_caps(configured: int | None, open_file_limit: int | None = None
+                    ) -> ConnectionCaps:
+    """What the open-file limit holds: ``FDS_KEPT_BACK`` descriptors for the rest of the
+    process, then half each for the HTTP and the gRPC server, the HTTP half including the
+    connections it is refusing and those its accept loop takes in one go. ``configured``
+    (None: ``MAX_SIZED_CONNECTIONS``) where that holds more."""
+    limit = _open_file_limit() if open_file_limit is None else open_file_limit
+    share = max(32, (limit - FDS_KEPT_BACK) // 2)
+    refusing = max(4, min(64, share // 16))
+    backlog = max(4, min(128, share // 8))
+    cap = min(configured or MAX_SIZED_CONNECTIONS, share - refusing - backlog)
+    return ConnectionCaps(http=cap, grpc=cap, refusing=refusing, backlog=backlog)
 
 
 def raise_open_file_limit() -> int:
     """Raise this process's soft open-file limit to its hard limit; returns the soft limit."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft < hard:
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
         target = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))

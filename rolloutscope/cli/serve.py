@@ -23,7 +23,6 @@ from rolloutscope.collectors.service import (
     CollectorService,
     Endpoints,
     freeze_set_up_heap,
-    raise_open_file_limit,
 )
 
 READY_PREFIX = "rolloutscope collector ready "
@@ -151,9 +150,6 @@ async def _serve(config: CollectorConfig, *, dashboard_port: int | None,
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    # every connection is a file descriptor: take what the hard limit allows before the
-    # service sizes its connection caps from it
-    raise_open_file_limit()
     config = config_from_args(args)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -223,7 +219,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="memory held for requests not yet answered (bodies and their decoded "
                         "rows) before senders get 429 / RESOURCE_EXHAUSTED")
     p.add_argument("--max-connections", type=int, default=CollectorConfig.max_connections,
-                   help="open connections per server (fewer if the open-file limit is lower)")
+                   help="open connections per server (default: what the open-file limit "
+                        "holds, which serve raises to the hard limit, up to 4096); past them "
+                        "senders are answered 503 / UNAVAILABLE, which they retry")
     p.add_argument("--header-timeout-s", type=float, default=CollectorConfig.header_timeout_s,
                    help="time a connection has to send a request head")
     p.add_argument("--body-timeout-s", type=float, default=CollectorConfig.body_timeout_s,

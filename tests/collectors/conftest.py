@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -72,10 +73,14 @@ def serve_command(db: Path, *extra: str) -> list[str]:
             *(() if "--dashboard-port" in extra else ("--no-dashboard",))]
 
 
-def start_collector(db: Path, *extra: str, token: str | None = None) -> Collector:
-    """Start ``rolloutscope serve`` and wait (with a deadline) for its ready line."""
+def start_collector(db: Path, *extra: str, token: str | None = None,
+                    open_files: tuple[int, int] | None = None) -> Collector:
+    """Start ``rolloutscope serve`` and wait (with a deadline) for its ready line;
+    ``open_files``: the (soft, hard) open-file limit it starts with."""
     proc = subprocess.Popen(serve_command(db, *extra), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=_env())
+                            stderr=subprocess.STDOUT, text=True, env=_env(),
+                            preexec_fn=None if open_files is None else
+                            lambda: resource.setrlimit(resource.RLIMIT_NOFILE, open_files))
     deadline = time.monotonic() + START_DEADLINE_S
     lines = []
     while (line := read_line(proc.stdout, deadline)):
