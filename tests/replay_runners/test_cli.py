@@ -117,6 +117,18 @@ def _two_runs(tmp_path):
     return path
 
 
+def test_incidents_of_several_runs_are_listed_under_their_run(tmp_path, capsys):
+    path = _two_runs(tmp_path)
+    assert main(["incidents", str(path)]) == 0
+    out = capsys.readouterr().out
+    blocks = out.split("\n\n")
+    assert blocks[0].startswith("run a: 2 incident(s)\n") and "deadline_fired" in blocks[0]
+    assert blocks[1].startswith("run b: 2 incident(s)\n") and "stall" in blocks[1]
+    assert "deadline_fired" not in blocks[1]
+    assert main(["incidents", str(path), "--run-id", "b"]) == 0
+    assert not capsys.readouterr().out.startswith("run ")  # one run: no heading
+
+
 def test_replay_without_a_run_id_takes_the_incidents_run_or_names_the_flag(tmp_path, capsys):
     path = _two_runs(tmp_path)
     assert main(["replay", str(path), "--out", str(tmp_path / "x.duckdb")]) == 2
