@@ -475,9 +475,11 @@ class _AsCaptured:
     timings: Mapping[str, float | None]
 
 
-# the as-captured replays already made, by scenario document, switches and window: a capture
-# replayed with several variants (rolloutscope demo's fixes) is replayed as captured once
-_AS_CAPTURED: dict[tuple[str, tuple[str, ...], tuple[float, float] | None], _AsCaptured] = {}
+# the as-captured replays already made, by scenario (frozen: equal scenarios hash alike),
+# switches and window: a capture replayed with several variants (rolloutscope demo's fixes) is
+# replayed as captured once
+_AS_CAPTURED: dict[tuple[Scenario, tuple[str, ...], tuple[float, float] | None],
+                   _AsCaptured] = {}
 _AS_CAPTURED_KEPT = 8
 
 
@@ -485,7 +487,7 @@ def _as_captured(scenario: Scenario, switches: tuple[str, ...],
                  window: tuple[float, float] | None) -> _AsCaptured:
     """The scenario replayed with the reference models and the capture's own switches, into a
     store of its own: what a variant's replay is judged against."""
-    key = (scenario.to_json(), switches, window)
+    key = (scenario, switches, window)
     if key not in _AS_CAPTURED:
         with tempfile.TemporaryDirectory(prefix="rolloutscope-as-captured-") as tmp:
             with RunStore(Path(tmp) / "as-captured.duckdb") as store:
@@ -500,7 +502,7 @@ def _as_captured(scenario: Scenario, switches: tuple[str, ...],
 
 def _keep_as_captured(scenario: Scenario, switches: tuple[str, ...],
                       window: tuple[float, float] | None, found: _AsCaptured) -> None:
-    key = (scenario.to_json(), switches, window)
+    key = (scenario, switches, window)
     _AS_CAPTURED.pop(key, None)
     while len(_AS_CAPTURED) >= _AS_CAPTURED_KEPT:
         del _AS_CAPTURED[next(iter(_AS_CAPTURED))]
