@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from rolloutscope.dashboard import style
-from rolloutscope.dashboard.timeline_plot import text_columns
+from rolloutscope.dashboard.timeline_plot import participant_label, text_columns
 
 S = 1e9
 PHASES = ("prepare", "commit", "restore", "resume")
@@ -39,9 +39,9 @@ def phase_durations(ops: pd.DataFrame) -> pd.DataFrame:
 
 
 def _participant(kind, instance) -> str:
-    if instance is None or (isinstance(instance, float) and np.isnan(instance)):
-        return str(kind)
-    return f"{kind} {instance}"
+    """``agent`` for an agent whose instance is ``agent`` too (not ``agent agent``): the
+    timeline's label."""
+    return participant_label(kind, instance)
 
 
 def duration_distribution(ops: pd.DataFrame) -> hv.Overlay:
@@ -211,9 +211,16 @@ def deadline_overlaps(deadlines: pd.DataFrame, windows: pd.DataFrame, *, now_ns:
     for i, did in enumerate(keep):
         dl = d[d.deadline_id == did].iloc[0]
         label = f"{dl.rollout_id} try {int(dl.attempt) if pd.notna(dl.attempt) else '-'}"
-        rows.append((label, dl.rollout_id, dl.attempt, dl.budget_s, 0.0,
-                     float(dl.budget_s) + float(dl.suspended_s or 0.0), "budget", "",
-                     f"{dl.budget_s:g} s budget, {dl.outcome}"))
+        budget = float(dl.budget_s)
+        suspended = float(dl.suspended_s) if pd.notna(dl.suspended_s) else 0.0
+        rows.append((label, dl.rollout_id, dl.attempt, dl.budget_s, 0.0, budget, "budget", "",
+                     f"{budget:g} s budget, {dl.outcome}"
+                     + (f" ({suspended:g} s suspended on top)" if suspended > 0 else "")))
+        if suspended > 0:  # the deadline lived past its budget by the time it stood still
+            rows.append((label, dl.rollout_id, dl.attempt, dl.budget_s, budget,
+                         budget + suspended, "suspended", "",
+                         f"+{suspended:g} s past the {budget:g} s budget: time the deadline "
+                         f"was suspended (its clock stood still)"))
         for p in pairs[pairs.deadline_id == did].itertuples(index=False):
             rows.append((label, dl.rollout_id, dl.attempt, dl.budget_s, p.ov0, p.ov1,
                          "snapshot", p.checkpoint_id, f"snapshot {p.checkpoint_id}"))
@@ -253,11 +260,18 @@ def overlap_plot(overlaps: pd.DataFrame) -> hv.Overlay:
                                              "row": fired.row, "detail": fired.detail})),
                   ["x", "y"], ["row", "detail"], label="deadline fired")
         .opts(marker="x", size=14, line_width=3, color=style.ERROR, tools=["hover"]),
+        hv.Rectangles(text_columns(bars("suspended", 0.36)), kd, ["row", "detail"],
+                      label=SUSPENDED_LABEL)
+        .opts(color=SUSPENDED_COLOR, line_color="#7a8fa6", line_dash="dashed",
+              tools=["hover"], hover_tooltips=tips),
     ]).opts(hv.opts.Overlay(yticks=[(v, k) for k, v in y.items()], height=h, responsive=True,
                             show_legend=False, show_grid=True, ylabel="",
                             fontsize={"yticks": "9pt", "xticks": "9pt"}))
 
 
+SUSPENDED_LABEL = "deadline suspended (past the budget: its clock stood still)"
+SUSPENDED_COLOR = "#e4ebf2"
 OVERLAP_KEY = [("deadline budget", "■", "#c9d6e3"),
+               (SUSPENDED_LABEL, "■", SUSPENDED_COLOR),
                ("snapshot window (rollout parked)", "■", style.PARKED),
                ("deadline fired", "✖", style.ERROR)]

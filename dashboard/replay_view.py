@@ -55,9 +55,13 @@ class Replay(TimeView):
         self._outcomes = text_table(pd.DataFrame(columns=["outcome", "before", "after"]),
                                     pagination=None, page_size=None)
         self._note = pn.pane.HTML(stylesheets=[CSS], sizing_mode="stretch_width")
+        self._after_read: tuple = ()  # the after run's size when it was last read
         self._load()
         self.param.watch(self._redraw, "after_run")
         data.param.watch(self._on_run, "run_id")
+        # each live refresh: a replay still being written beside its capture grows with no
+        # change to the capture's frames, so nothing else would tell this view to read it again
+        data.param.watch(self._on_refresh, "last_refresh_ms", onlychanged=False)
 
     # -- which runs ------------------------------------------------------------------------
     def _pick_runs(self, after_run: str | None) -> None:
@@ -76,6 +80,30 @@ class Replay(TimeView):
         self._pick_runs(None)
         self._reload()
 
+    def _after_size(self) -> tuple:
+        """How much of the after run is written (its spans and their latest time): it grows
+        while a replay is being written into a live file."""
+        if self.after_run is None:
+            return ()
+        return tuple(self.after_store.query(
+            "SELECT count(*), max(coalesce(end_ns, start_ns)) FROM spans WHERE run_id = ?",
+            [self.after_run])[0])
+
+    def _on_refresh(self, *_) -> None:
+        if not self.shown or not self.data.live or self.data.run_id is None:
+            return
+        same_file = self.after_store is self.data.store
+        found = tuple(r for r in self.after_store.run_ids()
+                      if not same_file or r != self.data.run_id)
+        if found != self._runs_seen:  # a replay was registered: offer it in the picker
+            if self.after_run is None:
+                self._pick_runs(None)
+            else:
+                self._runs_seen = found
+                self.param.after_run.objects = list(found)
+        if self._after_size() != self._after_read:
+            self._redraw()
+
     # -- reading ---------------------------------------------------------------------------
     def _load(self) -> None:
         d = self.data
@@ -88,6 +116,7 @@ class Replay(TimeView):
                                  "holds one run. Write one into it with <code>rolloutscope "
                                  "replay RUN.duckdb --variant V --out RUN.duckdb</code>.</span>")
             return
+        self._after_read = self._after_size()
         self._before, self._after = runs.timeline_frames(d.store, d.run_id, self.after_store,
                                                             self.after_run)
         self._before_incidents = runs.incident_frame(d.store, d.run_id)
@@ -113,7 +142,7 @@ class Replay(TimeView):
         super()._redraw()
 
     def _draw_mark(self) -> tuple:
-        return (*super()._draw_mark(), self.after_run)
+        return (*super()._draw_mark(), self.after_run, self._after_read)
 
     def _reload(self, *_) -> None:
         same_file = self.after_store is self.data.store
@@ -122,7 +151,7 @@ class Replay(TimeView):
                 self._runs_seen:
             # a live file gained a run (the demo writes its fix replays beside the capture)
             self._pick_runs(None)
-        if self._changed("compare", "incidents", also=(self.after_run,)):
+        if self._changed("compare", "incidents", also=(self.after_run, self._after_size())):
             self._load()
 
     def first_changed(self, data: DataStore | None = None) -> str | None:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,10 @@ class RunComparison:
     # latencies against the captured ones per call kind
     backend: str = "recorded"
     latency: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # a replay of one incident's window: both sides are cut to it (seconds on A's clock)
+    window: tuple[float, float] | None = None
+    # what the outcome counts and timings' column a is, when it is not run A as a whole
+    figures_note: str = ""
 
     def incident_status(self, status: str) -> list[IncidentKey]:
         rows = self.incidents[self.incidents.status == status]
@@ -86,10 +91,14 @@ def _rollout_table(store_a: RunStore, run_a: str, store_b: RunStore, run_b: str
     return merged.sort_values("prompt_idx", ignore_index=True)
 
 
-def _snapshot_table(store_a: RunStore, run_a: str, store_b: RunStore, run_b: str
-                    ) -> pd.DataFrame:
-    """Snapshots aligned by their index in each run (1 = the first attempt that ran)."""
+def _snapshot_table(store_a: RunStore, run_a: str, store_b: RunStore, run_b: str, *,
+                    window: tuple[float, float] | None = None) -> pd.DataFrame:
+    """Snapshots aligned by their index in each run (1 = the first attempt that ran; for a
+    window, the first of A's that started in it)."""
     a = snapshot_outcomes(store_a, run_a)
+    if window is not None:
+        a = in_window(a, window).reset_index(drop=True)
+        a["snapshot"] = range(1, len(a) + 1)
     b = snapshot_outcomes(store_b, run_b)
     merged = a.merge(b, on="snapshot", how="outer", suffixes=("_a", "_b"))
     merged["changed"] = [oa != ob for oa, ob in zip(merged.outcome_a, merged.outcome_b,
@@ -145,24 +154,90 @@ def generation_lines(generation: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def compare_runs(store_a: RunStore, run_a: str, store_b: RunStore, run_b: str) -> RunComparison:
+def in_window(frame: pd.DataFrame, window: tuple[float, float] | None,
+              column: str = "start_s") -> pd.DataFrame:
+    """The rows of a frame (an ``incident_frame``, say) whose ``column`` lies inside ``window``
+    (all rows for None)."""
+    if window is None:
+        return frame
+    ws, we = window
+    return frame[(frame[column] >= ws) & (frame[column] <= we)]
+
+
+def _without(frame: pd.DataFrame, keys: Iterable[IncidentKey]) -> pd.DataFrame:
+    """``frame`` less one row per key (a multiset difference on the ``key`` column)."""
+    left = Counter(keys)
+    keep = []
+    for key in frame.key:
+        keep.append(left[key] <= 0)
+        left[key] -= 1
+    return frame[pd.Series(keep, index=frame.index, dtype=bool)]
+
+
+def _incident_table(fa: pd.DataFrame, fb: pd.DataFrame, no_verdict: tuple[IncidentKey, ...],
+                    as_captured_only: tuple[IncidentKey, ...]) -> pd.DataFrame:
+    """``incident_verdicts``, with the incidents the as-captured replay did not reproduce (or
+    had alone) taken out of both sides and listed as having no verdict."""
+    unjudged = (*no_verdict, *as_captured_only)
+    table = incident_verdicts(_without(fa, no_verdict), _without(fb, unjudged))
+    first_a = {k: r for r in fa.itertuples() for k in [r.key]}
+    rows = [{"status": NO_VERDICT_STATUS, "kind": k, "key_subject": s,
+             "start_s_a": getattr(first_a.get((k, s)), "start_s", None), "start_s_b": None,
+             "summary_a": getattr(first_a.get((k, s)), "summary", ""), "summary_b": ""}
+            for k, s in unjudged]
+    if not rows:
+        return table
+    return pd.concat([table, pd.DataFrame(rows, columns=table.columns)], ignore_index=True)
+
+
+def compare_runs(store_a: RunStore, run_a: str, store_b: RunStore, run_b: str, *,
+                 verdicts: Any = None) -> RunComparison:
+    """Run A against run B. ``verdicts``: the ``ReplayRunResult`` of the replay that made B,
+    whose window (both sides are cut to it), incidents with no verdict and the figures it
+    compared with (for a window, the as-captured replay's) the comparison keeps."""
+    window = getattr(verdicts, "window", None)
     before, after = timeline_frames(store_a, run_a, store_b, run_b)
     generation = generation_summary(store_b, run_b) or {}
+    outcomes_a: Mapping[str, Any] = outcome_counts(store_a, run_a).as_dict()
+    timings_a: Mapping[str, Any] = timing_summary(store_a, run_a)
+    figures_note = ""
+    against = getattr(verdicts, "figures_against", "capture")
+    if against == "as-captured":
+        outcomes_a = verdicts.outcomes_captured.as_dict()
+        timings_a = {d.name: d.captured for d in verdicts.timing_deltas}
+        figures_note = (f"Column a is the as-captured replay of the window: run {run_a}'s "
+                        f"figures cover the whole run.")
+    elif not against:
+        outcomes_a = {k: None for k in outcomes_a}
+        timings_a = {k: None for k in timings_a}
+        figures_note = (f"Not compared: run {run_a}'s figures cover the whole run, run "
+                        f"{run_b} only the window.")
+    rollouts = _rollout_table(store_a, run_a, store_b, run_b)
+    snapshots = _snapshot_table(store_a, run_a, store_b, run_b)
+    if window is not None:
+        replayed = set(rollout_outcomes(store_b, run_b).prompt_idx.dropna())
+        rollouts = rollouts[rollouts.prompt_idx.isin(replayed)].reset_index(drop=True)
+        snapshots = _snapshot_table(store_a, run_a, store_b, run_b, window=window)
+        before = before[(before.end_s.fillna(window[1]) >= window[0])
+                        & (before.start_s <= window[1])]
     return RunComparison(
         backend=str(generation.get("backend", "recorded")), latency=latency_table(generation),
-        run_a=run_a, run_b=run_b,
-        incidents=incident_verdicts(incident_frame(store_a, run_a), incident_frame(store_b, run_b)),
-        outcomes=_delta_table(outcome_counts(store_a, run_a).as_dict(),
-                              outcome_counts(store_b, run_b).as_dict()),
-        timings=_delta_table(timing_summary(store_a, run_a), timing_summary(store_b, run_b)),
-        rollouts=_rollout_table(store_a, run_a, store_b, run_b),
-        snapshots=_snapshot_table(store_a, run_a, store_b, run_b),
+        run_a=run_a, run_b=run_b, window=window, figures_note=figures_note,
+        incidents=_incident_table(in_window(incident_frame(store_a, run_a), window),
+                                  in_window(incident_frame(store_b, run_b), window),
+                                  tuple(getattr(verdicts, "no_verdict", ())),
+                                  tuple(getattr(verdicts, "as_captured_only", ()))),
+        outcomes=_delta_table(outcomes_a, outcome_counts(store_b, run_b).as_dict()),
+        timings=_delta_table(timings_a, timing_summary(store_b, run_b)),
+        rollouts=rollouts, snapshots=snapshots,
         timeline=pd.concat([before, after], ignore_index=True))
 
 
 # -- rendering ----------------------------------------------------------------------------------
+NO_VERDICT_STATUS = "no verdict"
 _VERDICT = {"reproduced": "reproduced in the replay", "vanished": "vanished in the replay",
-            "appeared": "appeared in the replay"}
+            "appeared": "appeared in the replay",
+            NO_VERDICT_STATUS: "not reproduced as captured: no verdict"}
 
 
 def _cell(value: Any) -> str:
@@ -190,9 +265,14 @@ def _md_table(df: pd.DataFrame) -> list[str]:
 def headline(cmp: RunComparison) -> list[str]:
     """One sentence per incident: what the replay did to it."""
     lines = []
+    if cmp.window is not None:
+        lines.append(f"Incidents starting in the window {cmp.window[0]:g}-{cmp.window[1]:g} s "
+                     f"only.")
     for row in cmp.incidents.itertuples():
         lines.append(f"{row.kind} ({row.key_subject}): {_VERDICT[row.status]}")
-    return lines or ["No incident in either run."]
+    if cmp.incidents.empty:
+        lines.append("No incident in either run.")
+    return lines
 
 
 def render_markdown(cmp: RunComparison, *, title: str | None = None,
@@ -203,7 +283,8 @@ def render_markdown(cmp: RunComparison, *, title: str | None = None,
     if notes:
         out += ["## Notes", ""] + [f"- {_md_escape(n)}" for n in notes] + [""]
     out += ["## Incidents", ""] + _md_table(cmp.incidents)
-    out += ["## Outcome counts", ""] + _md_table(cmp.outcomes)
+    out += ["## Outcome counts", ""] + ([_md_escape(cmp.figures_note), ""] if cmp.figures_note
+                                        else []) + _md_table(cmp.outcomes)
     out += ["## Timings (s)", ""] + _md_table(cmp.timings)
     if cmp.backend != "recorded":
         out += [f"## Model-call latency: {_md_escape(cmp.backend)} backend vs captured", ""]
@@ -249,7 +330,9 @@ def render_html(cmp: RunComparison, *, title: str | None = None,
                         ("Rollouts that changed", cmp.rollouts[cmp.rollouts.changed]),
                         ("Snapshots by index", cmp.snapshots),
                         ("Timeline by simulated time", cmp.timeline)):
-        parts.append(f"<h2>{esc(heading)}</h2>{_html_table(df)}")
+        note = (f"<p>{esc(cmp.figures_note)}</p>" if cmp.figures_note
+                and heading == "Outcome counts" else "")
+        parts.append(f"<h2>{esc(heading)}</h2>{note}{_html_table(df)}")
     parts.append("</body></html>")
     return "\n".join(parts)
 

@@ -221,7 +221,7 @@ class _RunData:
 def extract_scenario(store: RunStore, run_id: str | None = None, *,
                      incident_id: str | None = None, pad_s: float | None = None) -> Extraction:
     """The scenario a captured run describes, with the report of where each part came from."""
-    run_id = _the_run(store, run_id)
+    run_id = _the_run(store, run_id, incident_id)
     rows = store.query("SELECT source, scenario, seed, config, metadata FROM runs "
                        "WHERE run_id = ?", [run_id])
     # a run known only by its spans (a collector that never registered it) is a live run
@@ -288,15 +288,27 @@ def _without(note: ExtractionNote, name: str) -> ExtractionNote:
                            detail=head + sep + ", ".join(kept)) if sep else note)
 
 
-def _the_run(store: RunStore, run_id: str | None) -> str:
+def _the_run(store: RunStore, run_id: str | None, incident_id: str | None = None) -> str:
+    """The run named, else the store's only run, else the one run holding ``incident_id``."""
     if run_id is not None:
         require_run(store, run_id)
         return run_id
     runs = store.run_ids()
-    if len(runs) != 1:
-        raise ExtractionError(f"{store.path} holds {len(runs)} runs ({', '.join(runs)}); "
-                              f"name one with run_id")
-    return runs[0]
+    if len(runs) == 1:
+        return runs[0]
+    if incident_id is not None:
+        holding = [r[0] for r in store.query(
+            "SELECT DISTINCT run_id FROM incidents WHERE incident_id = ? ORDER BY run_id",
+            [incident_id])]
+        if len(holding) == 1:
+            return holding[0]
+        if not holding:
+            raise ExtractionError(f"no run of {store.path} has incident {incident_id!r} "
+                                  f"(runs: {', '.join(runs) or 'none'})")
+        runs = holding
+    which = " with that incident" if incident_id is not None else ""
+    raise ExtractionError(f"{store.path} holds {len(runs)} runs{which} ({', '.join(runs)}); "
+                          f"name one with --run-id (run_id in Python)")
 
 
 # -- config -------------------------------------------------------------------------------------
@@ -667,14 +679,14 @@ def _recorded_extras(recorded: Mapping[str, Any], doc: dict[str, Any], data: _Ru
 def _window(store: RunStore, run_id: str, incident_id: str, pad_s: float | None,
             data: _RunData, doc: dict[str, Any], notes: _Notes) -> tuple[float, float]:
     origin = origin_ns(store, run_id)
-    rows = store.query("SELECT start_ns, end_ns, caused_by FROM incidents "
+    rows = store.query("SELECT start_ns, end_ns, caused_by, kind FROM incidents "
                        "WHERE run_id = ? AND incident_id = ?", [run_id, incident_id])
     if not rows:
         known = [r[0] for r in store.query(
             "SELECT incident_id FROM incidents WHERE run_id = ? ORDER BY start_ns", [run_id])]
         raise ExtractionError(f"run {run_id} has no incident {incident_id!r}; incidents: "
                               f"{', '.join(known) or 'none'}")
-    start_ns, end_ns, caused_by = rows[0]
+    start_ns, end_ns, caused_by, kind = rows[0]
     t0 = (start_ns - origin) / 1e9
     if caused_by:  # begin at the cause: the stranded completion's deadline, say
         cause = store.query("SELECT start_ns FROM incidents WHERE run_id = ? AND incident_id = ?",
@@ -683,6 +695,10 @@ def _window(store: RunStore, run_id: str, incident_id: str, pad_s: float | None,
             t0 = min(t0, (cause[0][0] - origin) / 1e9)
     t1 = (end_ns - origin) / 1e9 if end_ns is not None else t0
     cfg = doc["config"]
+    incidents = [(k, (s - origin) / 1e9, _established_s(k, s, e, origin, cfg))
+                 for k, s, e in store.query(
+                     "SELECT kind, start_ns, end_ns FROM incidents WHERE run_id = ?", [run_id])]
+    t1 = max(t1, _established_s(kind, start_ns, end_ns, origin, cfg))
     if pad_s is None:
         pad_s = max(cfg["checkpoint"]["prepare_timeout_s"],
                     cfg["rollout"]["rollout_timeout_s"] or 0.0)
@@ -694,29 +710,39 @@ def _window(store: RunStore, run_id: str, incident_id: str, pad_s: float | None,
     for p in prompts:  # a prompt still running at the window's start brings its history
         if p["arrival_s"] < ws < ends.get(p["idx"], doc["horizon_s"]):
             ws = p["arrival_s"]
-    kept = [p for p in prompts if p["arrival_s"] <= we and ends.get(p["idx"], we) >= ws]
     snaps = doc["control"]["snapshots"]
     snap_ends = [s.end if s.end is not None else doc["horizon_s"]
                  for s in data.spans[SpanName.RL_SNAPSHOT]]
-    keep_snap = [i for i, s in enumerate(snaps, 1)
-                 if s["at_s"] <= we and snap_ends[i - 1] >= ws]
-    # a kept attempt runs to its end, or its outcome would differ from the capture's
-    we = max([we, *(min(snap_ends[i - 1], doc["horizon_s"]) for i in keep_snap)])
+    grown: list[str] = []
+    while True:
+        # an incident that begins in the window is in it until it is established (a stall
+        # once stall_timeout_s has passed), or the replay could not show it
+        for kind, s, est in incidents:
+            if ws <= s <= we < min(est, doc["horizon_s"]):
+                we = min(est, doc["horizon_s"])
+                grown.append(f"{kind} at {s:g} s")
+        kept = [p for p in prompts if p["arrival_s"] <= we and ends.get(p["idx"], we) >= ws]
+        keep_snap = [i for i, s in enumerate(snaps, 1)
+                     if s["at_s"] <= we and snap_ends[i - 1] >= ws]
+        # a kept attempt runs to its end, or its outcome would differ from the capture's
+        end = max([we, *(min(snap_ends[i - 1], doc["horizon_s"]) for i in keep_snap)])
+        if end == we and not any(ws <= s <= we < min(est, doc["horizon_s"])
+                                 for _, s, est in incidents):
+            break
+        we = end
+    if grown:
+        notes.add("inferred", "window", f"ends at {we:g} s, when the incident(s) beginning in "
+                  f"it are established: {', '.join(dict.fromkeys(grown))}")
     renumber = {old: new for new, old in enumerate(keep_snap, 1)}
     idxs = {p["idx"] for p in kept}
-    faults = doc["faults"]
-    doc["faults"] = {
-        "lost_replies": [r for r in faults["lost_replies"] if r["prompt_idx"] in idxs],
-        "row_failures": [f for f in faults["row_failures"] if f["row"]["prompt_idx"] in idxs],
-        "worker_lost_in_commit": [renumber[k] for k in faults["worker_lost_in_commit"]
-                                  if k in renumber],
-        "controller_silences": [{**c, "snapshot_index": renumber[c["snapshot_index"]]}
-                                for c in faults["controller_silences"]
-                                if c["snapshot_index"] in renumber]}
-    doc["control"] = {
-        "snapshots": [snaps[i - 1] for i in keep_snap],
-        "weight_syncs": [w for w in doc["control"]["weight_syncs"]
-                         if w["at_s"] <= we and w["at_s"] + w["duration_s"] >= ws]}
+    syncs = doc["control"]["weight_syncs"]
+    keep_sync = [i for i, w in enumerate(syncs, 1)
+                 if w["at_s"] <= we and w["at_s"] + w["duration_s"] >= ws]
+    sync_renumber = {old: new for new, old in enumerate(keep_sync, 1)}
+    doc["faults"], left_out = _window_faults(doc["faults"], ws, we, idxs, renumber,
+                                             sync_renumber, notes)
+    doc["control"] = {"snapshots": [snaps[i - 1] for i in keep_snap],
+                      "weight_syncs": [syncs[i - 1] for i in keep_sync]}
     doc["workload"]["prompts"] = kept
     doc["horizon_s"] = we
     training = cfg["training"]
@@ -728,9 +754,68 @@ def _window(store: RunStore, run_id: str, incident_id: str, pad_s: float | None,
         training["max_num_steps"] = steps
     notes.add("inferred", "window",
               f"{ws:g}-{we:g} s: incident {incident_id} at {t0:g}-{t1:g} s padded by {pad_s:g} s")
-    dropped_p, dropped_s = len(prompts) - len(kept), len(snaps) - len(keep_snap)
-    if dropped_p or dropped_s:
-        notes.add("inferred", "window",
-                  f"left out {dropped_p} prompt(s) and {dropped_s} snapshot attempt(s) "
-                  f"outside it")
+    dropped = {"prompt(s)": len(prompts) - len(kept),
+               "snapshot attempt(s)": len(snaps) - len(keep_snap),
+               "weight sync(s)": len(syncs) - len(keep_sync), **left_out}
+    said = [f"{n} {what}" for what, n in dropped.items() if n]
+    notes.add("inferred", "window", "left out, acting only outside it: "
+              + (", ".join(said) if said else "nothing"))
     return (ws, we)
+
+
+def _established_s(kind: str, start_ns: int, end_ns: int | None, origin: int,
+                   cfg: Mapping[str, Any]) -> float:
+    """When an incident is whole, on the run's clock: a stall once its stretch outlasts
+    stall_timeout_s (and the watchdog's next tick), any other at its end (its start if it has
+    none)."""
+    start = (start_ns - origin) / 1e9
+    if kind == "stall":
+        watchdog = cfg["watchdog"]
+        return start + watchdog["stall_timeout_s"] + watchdog["interval_s"]
+    return (end_ns - origin) / 1e9 if end_ns is not None else start
+
+
+# fault kinds that act from an instant on, and stay acting (a killed shard stays dead)
+_TIMED_FAULTS = ("shard_kills", "shard_wedges", "slow_shards", "router_restarts",
+                 "gym_subprocess_deaths")
+
+
+def _window_faults(faults: Mapping[str, Any], ws: float, we: float, idxs: set[int],
+                   snapshots: Mapping[int, int], syncs: Mapping[int, int], notes: _Notes
+                   ) -> tuple[dict[str, Any], dict[str, int]]:
+    """Every fault kind the run recorded, as much of it as acts in the window ``ws``-``we``:
+    row faults of the kept prompts, commit and silence faults of the kept snapshots (renumbered),
+    refit misses of the kept syncs (renumbered), and every timed fault that began before the
+    window ended (a shard killed before the window is still dead in it). Returns the faults and,
+    per kind, how many were left out."""
+    out = dict(faults)  # a kind this function does not know is kept whole, never dropped
+    out["lost_replies"] = [r for r in faults.get("lost_replies", ()) if r["prompt_idx"] in idxs]
+    out["row_failures"] = [f for f in faults.get("row_failures", ())
+                           if f["row"]["prompt_idx"] in idxs]
+    out["worker_lost_in_commit"] = [snapshots[k] for k in faults.get("worker_lost_in_commit", ())
+                                    if k in snapshots]
+    out["controller_silences"] = [{**c, "snapshot_index": snapshots[c["snapshot_index"]]}
+                                  for c in faults.get("controller_silences", ())
+                                  if c["snapshot_index"] in snapshots]
+    if "refit_misses" in faults:
+        out["refit_misses"] = [{**m, "sync_index": syncs[m["sync_index"]]}
+                               for m in faults["refit_misses"] if m["sync_index"] in syncs]
+    for kind in _TIMED_FAULTS:
+        if kind not in faults:
+            continue
+        kept = []
+        for f in faults[kind]:
+            if f["at_s"] > we:
+                continue
+            if f["at_s"] < ws and f.get("state", "any") != "any":
+                # the state it waited for (a generation in flight) came before the window, on
+                # prompts the window leaves out: the shard is dead when the window starts
+                notes.add("inferred", f"faults.{kind}",
+                          f"shard {f['shard']} killed at {f['at_s']:g} s while {f['state']}, "
+                          f"before the window: replayed as killed then in any state")
+                f = {**f, "state": "any"}
+            kept.append(f)
+        out[kind] = kept
+    left_out = {kind.replace("_", " "): len(faults[kind]) - len(out[kind])
+                for kind in faults if isinstance(faults[kind], list)}
+    return out, left_out

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from rolloutscope.replay import compare
+from rolloutscope.replay.compare import in_window
 from rolloutscope.replay.backends.base import GenerationBackend
 from rolloutscope.replay.divergence import Divergence, ReplayFailure
 from rolloutscope.replay.errors import ReplayError
@@ -48,12 +49,14 @@ from rolloutscope.replay.real.records import ImplementationRecord, ReferenceComp
 from rolloutscope.replay.runner import replay, replay_into_store, wall_clock_driver
 from rolloutscope.replay.scenario import Scenario
 from rolloutscope.replay.telemetry import VIRTUAL_EPOCH_NS
-from rolloutscope.replay.variants import ordered, parse_variants
+from rolloutscope.replay.variants import Variant, ordered, parse_variants
 from rolloutscope.store import RunStore, runs
 from rolloutscope.store.runs import IncidentKey, OutcomeCounts
 from rolloutscope.vocabulary import RunSource
 
 GOLDEN_FORMAT = "rolloutscope-golden-capture"
+NO_VERDICT_TAIL = "no verdict"
+NO_VERDICT = f"not reproduced as captured: {NO_VERDICT_TAIL}"
 GOLDEN_VERSION = 1
 
 
@@ -88,6 +91,11 @@ class Capture:
     # a window's capture counts outcomes over the whole run: only its incidents are compared
     judge_outcomes: bool = True
 
+    @property
+    def window(self) -> tuple[float, float] | None:
+        """The window (capture-clock seconds) a capture of one incident covers; None: all."""
+        return None if self.extraction is None else self.extraction.window
+
 
 def capture_from_store(path: str | Path | RunStore, run_id: str | None = None, *,
                        incident_id: str | None = None, pad_s: float | None = None) -> Capture:
@@ -103,12 +111,7 @@ def capture_from_store(path: str | Path | RunStore, run_id: str | None = None, *
         outcomes = runs.outcome_counts(store, rid)
         timings = runs.timing_summary(store, rid)
         variants = store.query("SELECT variants FROM runs WHERE run_id = ?", [rid])
-    if extraction.report.window is not None:
-        ws, we = extraction.report.window
-        inside = incidents[(incidents.start_s >= ws) & (incidents.start_s <= we)]
-        keys = tuple(sorted(inside.key))
-    else:
-        keys = tuple(sorted(incidents.key))
+    keys = tuple(sorted(in_window(incidents, extraction.report.window).key))
     recorded = json.loads(variants[0][0]) if variants and variants[0][0] else []
     label = f"{Path(path).name}:{rid}" + (f"@{incident_id}" if incident_id else "")
     return Capture(label=label, scenario=extraction.scenario, incidents=keys, outcomes=outcomes,
@@ -187,6 +190,23 @@ class ReplayRunResult:
     # what ran in place of the reference models, and how the run compares with theirs
     implementations: tuple[ImplementationRecord, ...] = ()
     versus_reference: ReferenceComparison | None = None
+    # a replay with variants the capture did not have is judged incident by incident against
+    # the as-captured replay of the same scenario (window): a captured incident that replay
+    # does not reproduce gets no verdict, nor does one only that replay has
+    no_verdict: tuple[IncidentKey, ...] = ()
+    as_captured_only: tuple[IncidentKey, ...] = ()
+    window: tuple[float, float] | None = None  # the capture's window; incidents outside it
+    # are in no verdict
+    # what the outcome counts and timings are compared with: "capture" (the captured run),
+    # "as-captured" (the as-captured replay of the window: the capture's figures cover the
+    # whole run) or "" (not compared: a window replayed as captured)
+    figures_against: str = "capture"
+
+    @property
+    def comparison_valid(self) -> bool:
+        """Whether every incident of the capture (in the window) has a verdict: the as-captured
+        replay reproduced the capture's incidents exactly."""
+        return not self.no_verdict and not self.as_captured_only
 
     @property
     def divergence(self) -> tuple[str, ...]:
@@ -218,18 +238,38 @@ class ReplayRunResult:
         if self.versus_reference is not None:
             out.extend(f"  versus the reference models: {line}"
                        for line in self.versus_reference.lines())
+        if self.window is not None:
+            out.append(f"  verdicts on the incidents starting in the window "
+                       f"{self.window[0]:g}-{self.window[1]:g} s only")
         for label, keys in (("reproduced", self.reproduced), ("vanished", self.vanished),
-                            ("appeared", self.appeared)):
+                            ("appeared", self.appeared),
+                            (NO_VERDICT, self.no_verdict),
+                            (f"appeared in the as-captured replay, not in the capture: "
+                             f"{NO_VERDICT_TAIL}", self.as_captured_only)):
             for kind, subject in keys:
                 out.append(f"  incident {kind} ({subject}) {label}")
-        for name, (a, b) in self.outcomes_captured.differences(self.outcomes_replayed).items():
-            out.append(f"  {name}: {a} -> {b}")
-        for d in self.timing_deltas:
-            if d.delta:
-                out.append(f"  {d.name}: {d.captured:g} s -> {d.replayed:g} s ({d.delta:+g} s)")
+        if not self.figures_against:
+            out.append("  outcome counts and timings not compared: the capture's cover the "
+                       "whole run, this replay only the window")
+        elif self.figures_against == "as-captured":
+            out.append("  outcome counts and timings against the as-captured replay of the "
+                       "window (the capture's cover the whole run):")
+        if self.figures_against:
+            for name, (a, b) in self.outcomes_captured.differences(
+                    self.outcomes_replayed).items():
+                out.append(f"  {name}: {a} -> {b}")
+            for d in self.timing_deltas:
+                if d.delta:
+                    out.append(f"  {d.name}: {d.captured:g} s -> {d.replayed:g} s "
+                               f"({d.delta:+g} s)")
         if self.generation is not None:
             out.extend("  " + line for line in compare.generation_lines(self.generation))
         out.extend(f"  DIVERGED: {reason}" for reason in self.divergence)
+        if not self.comparison_valid:
+            out.append(f"  NOT VALID: the as-captured replay does not reproduce the capture's "
+                       f"incidents ({len(self.no_verdict)} not reproduced, "
+                       f"{len(self.as_captured_only)} only in the replay); the variants' "
+                       f"verdicts cover only the incidents it reproduced")
         return out
 
 
@@ -419,6 +459,56 @@ def _versus_reference(scenario: Scenario, store: RunStore, run_id: str,
         incidents_match_with=tuple(same_incidents), variants_tried=tried)
 
 
+def _captured_switches(capture: Capture) -> tuple[str, ...]:
+    """The variants a replay turns on to be the capture as it ran: those the captured run had
+    that its scenario's fixes do not already carry (names this version does not know are not
+    switches it can turn)."""
+    known = {v.value for v in Variant}
+    fixes = {str(v) for v in capture.scenario.fixes}
+    return ordered(parse_variants(v for v in capture.variants if v in known and v not in fixes))
+
+
+@dataclass(frozen=True)
+class _AsCaptured:
+    incidents: Counter  # in the window
+    outcomes: OutcomeCounts
+    timings: Mapping[str, float | None]
+
+
+# the as-captured replays already made, by scenario (frozen: equal scenarios hash alike),
+# switches and window: a capture replayed with several variants (rolloutscope demo's fixes) is
+# replayed as captured once
+_AS_CAPTURED: dict[tuple[Scenario, tuple[str, ...], tuple[float, float] | None],
+                   _AsCaptured] = {}
+_AS_CAPTURED_KEPT = 8
+
+
+def _as_captured(scenario: Scenario, switches: tuple[str, ...],
+                 window: tuple[float, float] | None) -> _AsCaptured:
+    """The scenario replayed with the reference models and the capture's own switches, into a
+    store of its own: what a variant's replay is judged against."""
+    key = (scenario, switches, window)
+    if key not in _AS_CAPTURED:
+        with tempfile.TemporaryDirectory(prefix="rolloutscope-as-captured-") as tmp:
+            with RunStore(Path(tmp) / "as-captured.duckdb") as store:
+                _run(scenario, store, "as-captured", switches, {})
+                _keep_as_captured(scenario, switches, window, _AsCaptured(
+                    incidents=Counter(in_window(runs.incident_frame(store, "as-captured"),
+                                                window).key),
+                    outcomes=runs.outcome_counts(store, "as-captured"),
+                    timings=runs.timing_summary(store, "as-captured")))
+    return _AS_CAPTURED[key]
+
+
+def _keep_as_captured(scenario: Scenario, switches: tuple[str, ...],
+                      window: tuple[float, float] | None, found: _AsCaptured) -> None:
+    key = (scenario, switches, window)
+    _AS_CAPTURED.pop(key, None)
+    while len(_AS_CAPTURED) >= _AS_CAPTURED_KEPT:
+        del _AS_CAPTURED[next(iter(_AS_CAPTURED))]
+    _AS_CAPTURED[key] = found
+
+
 def _replay_one(capture: Capture, store: RunStore, variants: tuple[str, ...],
                 factories: Mapping[str, Factory], labels: tuple[str, ...],
                 check_determinism: bool, on_backend: _OnBackend | None, *,
@@ -446,11 +536,31 @@ def _replay_one(capture: Capture, store: RunStore, variants: tuple[str, ...],
                   "implementations": [r.to_dict() for r in records],
                   SCENARIO_DOCUMENT_KEY: scenario.to_dict()},
         origin_ns=VIRTUAL_EPOCH_NS)
-    replayed = runs.incident_frame(store, run_id)
-    reproduced, vanished, appeared = runs.match_incidents(Counter(capture.incidents),
-                                                             Counter(replayed.key))
+    window = capture.window
+    replayed = in_window(runs.incident_frame(store, run_id), window)
+    captured, seen = Counter(capture.incidents), Counter(replayed.key)
     outcomes = runs.outcome_counts(store, run_id)
     timings = runs.timing_summary(store, run_id)
+    before_outcomes, before_timings = capture.outcomes, capture.timings
+    figures = "capture" if window is None else ""
+    no_verdict: list[IncidentKey] = []
+    as_captured_only: list[IncidentKey] = []
+    switches = _captured_switches(capture)
+    if set(variants) == set(switches):  # this replay is the as-captured one
+        reproduced, vanished, appeared = runs.match_incidents(captured, seen)
+        if not factories and on_backend is None:
+            _keep_as_captured(scenario, switches, window,
+                              _AsCaptured(incidents=seen, outcomes=outcomes, timings=timings))
+    else:
+        plain = _as_captured(scenario, switches, window)
+        earned = captured & plain.incidents
+        no_verdict = sorted((captured - plain.incidents).elements())
+        as_captured_only = sorted((plain.incidents - captured).elements())
+        reproduced, vanished, _ = runs.match_incidents(earned, seen)
+        appeared = sorted((seen - (captured | plain.incidents)).elements())
+        if window is not None:
+            before_outcomes, before_timings = plain.outcomes, plain.timings
+            figures = "as-captured"
     digest = run_digest(store, run_id)
     divergence: list[Divergence] = []
     # the capture is the expectation only for the same switches and the reference models
@@ -470,8 +580,11 @@ def _replay_one(capture: Capture, store: RunStore, variants: tuple[str, ...],
         versus = _versus_reference(scenario, store, run_id, variants, digest,
                                    Counter(replayed.key), factories)
     return ReplayRunResult(
-        **base, reproduced=tuple(reproduced), vanished=tuple(vanished),
+        **{**base, "outcomes_captured": before_outcomes},
+        reproduced=tuple(reproduced), vanished=tuple(vanished),
         appeared=tuple(appeared), outcomes_replayed=outcomes, versus_reference=versus,
-        timing_deltas=tuple(TimingDelta(name=k, captured=capture.timings.get(k),
+        no_verdict=tuple(no_verdict), as_captured_only=tuple(as_captured_only),
+        window=window, figures_against=figures,
+        timing_deltas=tuple(TimingDelta(name=k, captured=before_timings.get(k),
                                         replayed=v) for k, v in timings.items()),
         digest=digest, divergences=tuple(divergence), generation=generation)

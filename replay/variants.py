@@ -44,6 +44,40 @@ class Variant(StrEnum):
     PROBE_AT_PROBE_INTERVAL = "probe-at-probe-interval"
 
 
+    @property
+    def changes(self) -> frozenset[str]:
+        """The incident kinds this fix can remove or move, directly or through what follows
+        from them; a replay with it on must reproduce every other kind its capture had."""
+        return CHANGES[self]
+
+
+# what follows a stranded completion: later snapshot prepares wait behind it (each until
+# prepare_timeout_s), the rollouts those snapshots park outlive their deadlines, and nothing
+# commits meanwhile (a stall)
+_STRANDED_AND_AFTER = frozenset({"stranded_completion", "prepare_blocked",
+                                 "deadline_fired_while_parked", "stall"})
+# what follows a generation fleet's health: which shards are quarantined and when, the rows a
+# dead or wedged backend fails, the retries they cause, and the stall when none can serve
+_FLEET = frozenset({"quarantine", "wedged_backend", "retry_storm", "redispatch_exhausted",
+                    "router_fleet_divergence", "stale_weights_serving", "stall"})
+
+CHANGES: dict[Variant, frozenset[str]] = {
+    # a deadline that does not fire while parked gives up no try, so none finishes un-ACKed
+    Variant.PAUSE_DEADLINES_DURING_SNAPSHOT: _STRANDED_AND_AFTER,
+    Variant.COUNTED_DEADLINE_HOLDERS: _STRANDED_AND_AFTER,
+    Variant.RETIRE_THEN_ADOPT: _STRANDED_AND_AFTER | {"late_retired_attempt"},
+    Variant.CALLS_WAIT_AT_CLOSED_ADMISSION: _STRANDED_AND_AFTER,
+    Variant.FLEET_HEALTH_ENABLED: _FLEET,
+    Variant.SEPARATE_REPORTED_FAILURE_STREAK: frozenset({"wedged_backend", "quarantine",
+                                                         "redispatch_exhausted"}),
+    # a counted failure can condemn the backend; a 504 Gym retries for ever cannot
+    Variant.ROUTER_500_NOT_504: frozenset({"retry_storm", "wedged_backend", "quarantine"}),
+    # probes at their own interval find a dead or wedged shard sooner
+    Variant.PROBE_AT_PROBE_INTERVAL: frozenset({"quarantine", "wedged_backend",
+                                                "redispatch_exhausted"}),
+}
+
+
 SEED_003_MERGED: frozenset[Variant] = frozenset({
     Variant.FLEET_HEALTH_ENABLED, Variant.SEPARATE_REPORTED_FAILURE_STREAK,
     Variant.ROUTER_500_NOT_504, Variant.PROBE_AT_PROBE_INTERVAL})

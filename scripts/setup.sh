@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Sets up everything rolloutscope needs on a fresh Debian 12 machine: uv, a virtual environment
 # in .venv with the package installed editable, and (with --browser) Chromium for browser tests.
+# System packages (Chromium, PostgreSQL for the test extra's lake tests, a C compiler) come from
+# apt-get only when run as root; otherwise it says which are missing and goes on.
 # Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,18 +10,28 @@ cd "$(dirname "$0")/.."
 PY="${ROLLOUTSCOPE_PYTHON:-python3}"
 EXTRAS="${ROLLOUTSCOPE_EXTRAS:-test,ray}"
 
+# apt_install WHY PACKAGE...: system packages through apt-get, only as root; otherwise says
+# what is missing and what needs it, and goes on (nothing else here needs them).
+apt_install() {
+    local why="$1"; shift
+    if command -v apt-get >/dev/null 2>&1 && [[ "$(id -u)" == 0 ]]; then
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq "$@" >/dev/null
+    else
+        echo "setup: not installing $* (needs root and apt-get): $why" >&2
+    fi
+}
+
 if [[ " $* " == *" --browser "* ]] && ! command -v chromium >/dev/null 2>&1; then
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq chromium chromium-driver >/dev/null
+    apt_install "the browser tests will not run" chromium chromium-driver
 fi
 
 # PostgreSQL for the tests of lakes with a postgres catalog: they start and stop a server of
 # their own on loopback (tests/lake/postgres.py); the package's default cluster is not used.
-if ! compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null; then
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq postgresql >/dev/null
+# Only a test setup (the test extra) needs it: the demo, the dashboard and the CLI do not.
+if [[ ",${EXTRAS}," == *",test,"* ]] && ! compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null; then
+    apt_install "the postgres-catalog lake tests will be skipped" postgresql
 fi
 
 # The compiled OTLP decoder (collectors/otlp/_fastdecode.c) and span encoder

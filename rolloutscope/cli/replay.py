@@ -2,7 +2,9 @@
 
 Thin shell: argument parsing, opening files, printing. Exit codes: 0 done; 1 the replay
 diverged from its capture (only with ``--fail-on-divergence``) or every grid point failed;
-2 the user's input was wrong (printed in one line by the top-level CLI).
+2 the user's input was wrong (printed in one line by the top-level CLI); 3 a replay with
+variants whose comparison is not valid: the as-captured replay of the same run (or window) did
+not reproduce every captured incident, and those incidents got no verdict.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ PARTICIPANT_HELP = ("replay real code in place of a reference model (repeatable)
                     "deadline_registry or agent_participant (docs/replaying-real-code.md)")
 PATH_HELP = ("where the upstream code is (repeatable): nemo_rl=CHECKOUT or nemo_gym=CHECKOUT, a "
              "directory holding nemo_rl/ or nemo_gym/; 'doubles' for this project's stand-ins")
+
+
+NOT_VALID = 3  # exit status: the variants' comparison is not valid (see the module's docstring)
 
 
 def _backend_factory(args: argparse.Namespace):
@@ -76,7 +81,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     if capture.extraction is not None:
         for line in capture.extraction.lines():
-            if not line.startswith("inferred"):
+            # what a window left out is said however it was found
+            if not line.startswith("inferred") or line.startswith("inferred: window: left"):
                 print(line)
     for line in result.lines():
         print(line)
@@ -84,11 +90,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return 1
     if args.report:
         with RunStore(src, read_only=True) as before, RunStore(out, read_only=True) as after:
-            cmp = compare.compare_runs(before, capture.run_id or "", after, result.run_id)
+            cmp = compare.compare_runs(before, capture.run_id or "", after, result.run_id,
+                                       verdicts=result)
             notes = tuple(result.lines()[1:]) + tuple(
                 capture.extraction.lines() if capture.extraction else ())
             path = compare.write_report(cmp, args.report, notes=notes)
         print(f"report: {path}")
+    if not result.comparison_valid:
+        return NOT_VALID
     return 1 if args.fail_on_divergence and result.diverged else 0
 
 

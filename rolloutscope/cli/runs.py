@@ -225,13 +225,23 @@ def cmd_incidents(args: argparse.Namespace) -> int:
     if not records:
         print("no incidents")
         return 0
+    by_run: dict[str, list[dict]] = {}
     for rec in records:
-        start = "-" if rec["start_s"] is None else f"{rec['start_s']:.1f}s"
-        cause = f"  (caused by {rec['caused_by']})" if rec["caused_by"] else ""
-        print(f"{rec['incident_id']:<15} {rec['severity']:<8} {start:>9}  {rec['kind']:<28} "
-              f"{rec['subject']}{cause}")
-        print(f"{'':<15} {rec['summary']}")
+        by_run.setdefault(rec["run_id"], []).append(rec)
+    for n, (run_id, in_run) in enumerate(by_run.items()):
+        if len(by_run) > 1:  # several runs: a block each, under its run id
+            print(("\n" if n else "") + f"run {run_id}: {len(in_run)} incident(s)")
+        for rec in in_run:
+            _print_incident(rec)
     return 0
+
+
+def _print_incident(rec: dict) -> None:
+    start = "-" if rec["start_s"] is None else f"{rec['start_s']:.1f}s"
+    cause = f"  (caused by {rec['caused_by']})" if rec["caused_by"] else ""
+    print(f"{rec['incident_id']:<15} {rec['severity']:<8} {start:>9}  {rec['kind']:<28} "
+          f"{rec['subject']}{cause}")
+    print(f"{'':<15} {rec['summary']}")
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -420,6 +420,29 @@ class TestPanels:
                           "detail": ["fired while parked"]}),
             ["x", "y"], ["row", "detail"], label="deadline fired"))
 
+    def test_a_participant_whose_instance_is_its_kind_is_named_once(self, p1_frames):
+        ops = p1_frames.checkpoint_ops.assign(
+            participant_kind=["agent", "environment"], instance=["agent", "environment"])
+        assert plots.phase_durations(ops).participant.tolist() == ["agent", "environment"]
+        pts = plots.duration_distribution(ops).get(1)
+        assert sorted(set(pts.data.participant)) == ["agent"]
+
+    def test_a_deadline_that_outlived_its_budget_says_the_extra_was_suspended(self, p1_frames):
+        # a weight sync suspended the deadline for 35 s: it ran 215 s of a 180 s budget
+        deadlines = p1_frames.deadlines.assign(suspended_s=35.0, end_ns=ns(215),
+                                               fired_ns=ns(215))
+        ov = plots.deadline_overlaps(deadlines, p1_frames.checkpoint_windows, now_ns=ns(400))
+        assert ov[["kind", "x0", "x1"]].values.tolist() == [
+            ["budget", 0.0, 180.0], ["suspended", 180.0, 215.0], ["snapshot", 150.0, 210.0],
+            ["fired", 215.0, 215.0]]
+        detail = ov[ov.kind == "suspended"].detail.iloc[0]
+        assert "+35 s past the 180 s budget" in detail and "suspended" in detail
+        assert "35 s suspended on top" in ov[ov.kind == "budget"].detail.iloc[0]
+        layer = plots.overlap_plot(ov).get(3)
+        assert layer.label == plots.SUSPENDED_LABEL
+        assert layer.data[["x0", "x1"]].values.tolist() == [[180.0, 215.0]]
+        assert plots.SUSPENDED_LABEL in [label for label, _, _ in plots.OVERLAP_KEY]
+
     def test_a_deadline_no_window_crossed_is_not_drawn(self, p1_frames):
         late = p1_frames.checkpoint_windows.assign(start_ns=ns(500), end_ns=ns(560))
         assert plots.deadline_overlaps(p1_frames.deadlines, late, now_ns=ns(600)).empty

@@ -144,3 +144,28 @@ class TestReplayView:
             app = build_app(store, live=False, run_id=CAPTURE)
             assert app[1]._names[-2:] == ["Replay", "Diff"]
             assert pn.panel(app.dashboard.replay).get_root() is not None
+
+
+def test_a_replay_picked_while_it_is_being_written_is_read_again_as_it_grows(tmp_path):
+    """The demo registers each fix replay before writing its spans; a Replay tab on screen
+    then picks the run at once. The capture's frames do not change after that, so the view
+    must notice the replay growing on the live refreshes, or its after side stays empty."""
+    with RunStore(tmp_path / "live.duckdb") as store:
+        replay_into_store(get("snapshot-outlasts-deadline"), store, run_id=CAPTURE)
+        data = DataStore(store, run_id=CAPTURE, live=True)
+        view = Replay(data)
+        assert view.after_run is None
+        store.register_run(FIXED, source="replay", parent_run_id=CAPTURE)  # no span yet
+        data.refresh()
+        assert view.after_run == FIXED
+        assert view._after.empty
+        replay_into_store(get("snapshot-outlasts-deadline"), store, run_id=FIXED,
+                          variants=[FIX])
+        data.refresh()
+        assert not view._after.empty
+        verdicts = view._verdicts.value
+        assert "deadline_fired_while_parked" in set(verdicts.kind[verdicts.status == "vanished"])
+        # another replay registered later is offered in the picker, the choice kept
+        store.register_run("later", source="replay", parent_run_id=CAPTURE)
+        data.refresh()
+        assert view.after_run == FIXED and "later" in view.param.after_run.objects

@@ -63,3 +63,34 @@ def test_the_command_prints_the_table_and_json(pair_path, capsys):
     assert "same run" in capsys.readouterr().err
     assert main(["diff", f"{pair_path}:nope", f"{pair_path}:capture"]) == 2
     assert "no run 'nope'" in capsys.readouterr().err
+
+
+def test_the_plus_marker_is_explained_only_where_a_step_carries_it(pair_path, tmp_path, capsys):
+    legend = "(a step marked + is what happened after the run's last completed train step)"
+    # demo's runs train through their last rows: no step is marked, so no legend
+    assert main(["diff", f"{pair_path}:capture", f"{pair_path}:fixed"]) == 0
+    out = capsys.readouterr().out
+    assert legend not in out
+    assert not [line for line in out.splitlines() if line.split() and
+                line.split()[0].endswith("+")]
+    # lost-reply stalls after its last train step: that row is marked and the legend follows
+    path = tmp_path / "lost.duckdb"
+    with RunStore(path) as store:
+        replay_into_store(get("lost-reply"), store, run_id="a")
+        replay_into_store(get("lost-reply"), store, run_id="b", variants=["retire-then-adopt"])
+    assert main(["diff", f"{path}:a", f"{path}:b"]) == 0
+    out = capsys.readouterr().out
+    assert [line for line in out.splitlines() if line.split() and
+            line.split()[0].endswith("+")]
+    assert legend in out
+
+
+def test_a_run_compared_with_itself_is_refused_however_its_path_is_spelled(pair_path, capsys,
+                                                                          monkeypatch):
+    monkeypatch.chdir(pair_path.parent)
+    assert main(["diff", f"./{pair_path.name}:capture", f"{pair_path}:capture"]) == 2
+    assert "same run" in capsys.readouterr().err
+    # the same run id in another file is another run: compared, exit 0
+    other = pair_path.parent / "copy.duckdb"
+    other.write_bytes(pair_path.read_bytes())
+    assert main(["diff", f"{pair_path}:capture", f"{other}:capture"]) == 0
