@@ -47,7 +47,7 @@ def cmd_info(args: argparse.Namespace) -> int:
             print(f"  spans {n:,}  from {_fmt_ns(first)} to {_fmt_ns(last)} ({span:,.1f} s)")
             for line in _processes(store, run_id):
                 print(f"  {line}")
-            print(f"  model views: {_model_view_counts(store, run_id)}")
+            print(f"  model views: {_model_view_counts(store, run_id, n)}")
             counts = store.query(
                 f"SELECT name, CAST(sum(n) AS BIGINT) AS n FROM ({src.by_name}) "
                 f"WHERE run_id = {_lit(run_id)} "
@@ -144,16 +144,20 @@ MODEL_VIEWS = ("rollout_attempts", "gym_rollouts", "model_calls", "checkpoint_op
                "completions", "incidents")
 
 
-def _model_view_counts(store, run_id: str) -> str:
+# A run of more spans than this has only its maintained views counted by ``info``
+COUNT_EVERY_VIEW_UP_TO = 1_000_000
+
+
+def _model_view_counts(store, run_id: str, spans: int) -> str:
     """Each model view's rows of the run. On a store that maintains its rows, the views it
-    keeps (``derived.MAINTAINED``) are counted from them; the others would be computed over
-    every span, so they are named, not counted (``rolloutscope incidents`` and the views read
-    them)."""
+    keeps (``derived.MAINTAINED``) are counted from them; in a run of more than
+    ``COUNT_EVERY_VIEW_UP_TO`` spans the others, which would be computed over every span, are
+    named, not counted (``rolloutscope incidents`` and the views read them)."""
     from rolloutscope.store.derived import MAINTAINED
 
     parts, computed = [], []
     for view in MODEL_VIEWS:  # names from the tuple above, not from input
-        if store.maintained and view not in MAINTAINED:
+        if store.maintained and view not in MAINTAINED and spans > COUNT_EVERY_VIEW_UP_TO:
             computed.append(view)
             continue
         n = store.query(f"SELECT count(*) FROM {store.relation(view)} "
