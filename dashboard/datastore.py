@@ -54,6 +54,7 @@ from rolloutscope.dashboard.shared import (
     ReadTimeout,
     SharedReads,
     new_token,
+    shareable,
     timed_frame,
 )
 from rolloutscope.dashboard.rollout_rows import listish
@@ -745,9 +746,11 @@ class DataStore(RolloutRows, param.Parameterized):
         sessions over the same frames derive it once (``what`` names every input besides
         the frames, as it must for this memo)."""
         if self.shared is not None and self.share_reads:
-            key = ("derived", id(self.store), what, self.run_id,
-                   *(self.frame_tokens[f] for f in frames))
-            return self.shared.cache.get(key, compute)
+            tokens = tuple(self.frame_tokens[f] for f in frames)
+            # what a live tick merged is this session's alone: derived from it, kept here
+            if all(shareable(t) for t in tokens):
+                return self.shared.cache.get(("derived", id(self.store), what, self.run_id,
+                                              *tokens), compute)
         key = (what, self.run_id, *(self.frame_versions[f] for f in frames))
         value = self._derived.get(key)
         if value is None:

@@ -249,6 +249,14 @@ class FrameCache:
             self._entries.clear()
             self.bytes = 0
 
+    def drop_if(self, stale: Callable[[Hashable], bool]) -> int:
+        """Drop every kept value whose key is ``stale``; how many."""
+        with self._lock:
+            keys = [k for k in self._entries if stale(k)]
+            for k in keys:
+                self.bytes -= self._entries.pop(k)[1]
+        return len(keys)
+
 
 def timed_frame(store, sql: str, params: list | None, timeout_s: float, *,
                 arrow_text: bool = True, what: str = "the store") -> pd.DataFrame:
@@ -343,6 +351,22 @@ class Admission:
             self.sessions = max(0, self.sessions - 1)
 
 
+def _older(key: object, bucket: int, depth: int = 0) -> bool:
+    """Whether ``key`` holds a changing store's version older than ``bucket`` (in a read's
+    key, or in the tokens of a derived value's)."""
+    if not isinstance(key, tuple) or depth > 3:
+        return False
+    if len(key) == 2 and key[0] == "until" and isinstance(key[1], int):
+        return key[1] < bucket
+    return any(_older(k, bucket, depth + 1) for k in key)
+
+
+def shareable(token: object) -> bool:
+    """Whether a frame's token is the same for every session (a shared read, or a view's
+    empty frame), not one session's own rows."""
+    return isinstance(token, tuple) and token[:1] in (("read",), ("empty",))
+
+
 @dataclass
 class SharedReads:
     """One dashboard server's shared state: its limits, cache and admission."""
@@ -354,12 +378,19 @@ class SharedReads:
     def __post_init__(self) -> None:
         self.cache = FrameCache(self.limits.cache_bytes)
         self.admission = Admission(self.limits)
+        self._bucket: int | None = None
 
     def data_version(self, store) -> Hashable:
-        """What a read of ``store`` is valid for (module doc)."""
+        """What a read of ``store`` is valid for (module doc). When a changing store's
+        version moves, what was read (and derived) under older ones is dropped: a live
+        server keeps no stale frames."""
         if getattr(store, "read_only", False) and not getattr(store, "is_lake", False):
             return ("fixed",)
-        return ("until", int(time.monotonic() // self.limits.live_ttl_s))
+        bucket = int(time.monotonic() // self.limits.live_ttl_s)
+        if bucket != self._bucket:
+            self._bucket = bucket
+            self.cache.drop_if(lambda key: _older(key, bucket))
+        return ("until", bucket)
 
     def limit_duckdb(self, store) -> None:
         """DuckDB's memory limit for ``store``, within the dashboard's bound. Not for the

@@ -158,3 +158,19 @@ def test_the_cli_takes_the_bound(capsys):
         main(["dashboard", "--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert "--memory-mib" in out and sh.MEMORY_ENV in out and "--read-timeout-s" in out
+
+
+def test_a_changing_stores_older_reads_are_dropped_when_its_version_moves():
+    class Live:  # a store others write: read_only False
+        read_only, is_lake = False, False
+
+    reads = sh.SharedReads(sh.DashboardLimits(live_ttl_s=0.05))
+    v1 = reads.data_version(Live())
+    reads.cache.get(("read", 1, "q", v1), lambda: frame(10))
+    reads.cache.get(("derived", 1, ("x",), "run", ("read", 1, "q", v1)), lambda: frame(5))
+    reads.cache.get(("read", 1, "fixed", ("fixed",)), lambda: frame(3))
+    time.sleep(0.12)
+    v2 = reads.data_version(Live())
+    assert v2 != v1
+    assert len(reads.cache) == 1 and reads.cache.peek(("read", 1, "fixed", ("fixed",))) is not None
+    assert sh.shareable(("read", 1)) and sh.shareable(("empty", "x")) and not sh.shareable(7)
