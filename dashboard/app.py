@@ -44,6 +44,9 @@ from rolloutscope.dashboard.shared import DashboardLimits, ReadTimeout, SharedRe
 log = logging.getLogger(__name__)
 
 REFRESH_MS = 1500  # live refresh period: inside the 1-2 s the views promise
+# a session makes a tab's view when the tab is first shown (``LazyView``; off: every view at
+# once, as before, bench_sessions.py's baseline)
+LAZY_TABS = True
 TAB_NAMES = ("Overview", "Timeline", "Checkpoints", "Fleet", "Rollouts", "Traces", "Incident",
              "Replay", "Diff")
 
@@ -234,8 +237,12 @@ def build_app(store: RunStore, *, live: bool, run_id: str | None = None,
     ``link``: query parameters to open on (``deeplink``; a served page reads its URL's);
     ``shared``: the server's shared reads (None: this session reads for itself)."""
     data = DataStore(store, run_id=run_id, live=live, waiting_for=waiting_for, shared=shared)
-    dash = LazyDashboard(data, compare=compare)
-    views = dash.lazy
+    if LAZY_TABS:
+        dash = LazyDashboard(data, compare=compare)
+        views = dash.lazy
+    else:
+        dash = Dashboard.over(data, compare=compare)
+        views = dash.views()
     tabs = ViewTabs(*zip(TAB_NAMES, views), views=views, dynamic=True,
                     sizing_mode="stretch_width")
 
