@@ -21,9 +21,12 @@ the log records; a session never waits silently.
 
 ``Admission`` bounds the server as a whole: at most ``max_sessions`` sessions, a new session
 only while the process's resident memory is below ``memory_bytes`` less the room one session
-takes, at most ``max_builds`` sessions built at once, and a page request that waited longer
-than ``build_wait_s`` for its turn (a reload storm queues behind the sessions being built) is
-answered with the "busy" page at once. Everything the server holds is then bounded by
+takes, at most ``max_builds`` sessions built at once (Bokeh builds a session on the server's
+event loop, so one at a time there), and a page request that waited longer than
+``build_wait_s`` for its turn since the server read it (a reload storm queues behind the
+sessions being built) is answered with the "busy" page at once. A session ends, and leaves
+its place, when its page closes, or when Bokeh drops a session no page connected to (a client
+that gave up: 15 s by default). Everything the server holds is then bounded by
 ``memory_bytes``, the ``--memory-mib`` setting (``ROLLOUTSCOPE_DASHBOARD_MEMORY_MIB``): DuckDB's
 own memory limit is a quarter of it, the cache half of it, and sessions are admitted only
 while the process as a whole stays under it.
