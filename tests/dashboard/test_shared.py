@@ -95,8 +95,9 @@ def _always_late(store, sql, params, timeout_s, **kw):
 
 class TestSessionsShare:
     def test_a_second_datastore_holds_the_first_ones_frames(self, p1_store):
-        # a lake may change under its reader: its reads are shared for live_ttl_s
-        reads = sh.SharedReads(sh.DashboardLimits(live_ttl_s=3600))
+        # a lake may change under its reader: its reads are shared for live_ttl_s (here one
+        # version for good: a 1 h version changed between the two reads at 60 min uptime)
+        reads = sh.SharedReads(sh.DashboardLimits(live_ttl_s=1e12))
         a = DataStore(p1_store, shared=reads)
         b = DataStore(p1_store, shared=reads)
         for name in VIEWS:
