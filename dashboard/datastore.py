@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -230,6 +231,7 @@ class DataStore(RolloutRows, param.Parameterized):
         self.shared = shared
         self.read_timeout_s = (shared.limits.read_timeout_s if shared is not None
                                else DEFAULT_READ_TIMEOUT_S)
+        self._reading = threading.local()  # what the thread's read is, for its timeout message
         # where a live collector listens, for the page shown before its first span
         self.waiting_for = waiting_for
         self._present: dict[str, bool] = {}
@@ -321,11 +323,19 @@ class DataStore(RolloutRows, param.Parameterized):
                 "SELECT count(*) FROM duckdb_views() WHERE view_name = ?", [name])[0][0])
         return self._present[name]
 
-    def _query(self, sql: str, params: list | None = None, *,
-                what: str = "the store") -> pd.DataFrame:
-        """One read, ended by ``ReadTimeout`` after the read time limit."""
+    def _query(self, sql: str, params: list | None = None) -> pd.DataFrame:
+        """One read, ended by ``ReadTimeout`` after the read time limit (named by
+        ``_reading``: what this thread reads)."""
         return timed_frame(self.store, sql, params, self.read_timeout_s,
-                           arrow_text=self.arrow_text, what=what)
+                           arrow_text=self.arrow_text,
+                           what=getattr(self._reading, "what", "the store"))
+
+    def _query_of(self, sql: str, params: list | None, what: str) -> pd.DataFrame:
+        self._reading.what = what
+        try:
+            return self._query(sql, params)
+        finally:
+            self._reading.what = "the store"
 
     def _read_key(self, sql: str, params: list) -> tuple:
         return ("read", id(self.store), self.arrow_text, sql, tuple(params),
@@ -335,9 +345,9 @@ class DataStore(RolloutRows, param.Parameterized):
         """A whole read (no watermark), shared by every session of the server when there is
         one: (frame, its token)."""
         if self.shared is None or not self.share_reads:
-            return self._query(sql, params, what=what), new_token()
+            return self._query_of(sql, params, what), new_token()
         key = self._read_key(sql, params)
-        return self.shared.cache.get(key, lambda: self._query(sql, params, what=what)), key
+        return self.shared.cache.get(key, lambda: self._query_of(sql, params, what)), key
 
     def _read(self, spec: ViewSpec, since: int | None) -> pd.DataFrame | None:
         return self._read_tokened(spec, since)[0]
@@ -356,7 +366,7 @@ class DataStore(RolloutRows, param.Parameterized):
         try:
             if since is None:
                 return self._shared_read(sql, params, what=what)
-            return self._query(sql, params, what=what), new_token()
+            return self._query_of(sql, params, what), new_token()
         except StoreError as exc:
             if not spec.optional:
                 raise
