@@ -4,6 +4,13 @@
 - live inside the collector process, which owns the writable ``RunStore``:
   ``start_dashboard(store, live=True)`` returns a handle to stop on shutdown; each browser
   session gets its own ``DataStore`` refreshed by a periodic callback, with a pause toggle;
+
+A served dashboard's sessions share one ``SharedReads`` (``dashboard.shared``): the frames
+read and what is derived from them are held once per server, a session holds its selections.
+A page request that the server cannot take now (too many sessions, memory near its bound, a
+queue of sessions being built) gets a short "busy" page asking to reload, not a session; a
+read that does not finish within the read time limit ends the build with its message on the
+page and in the log.
 - inline in Jupyter: ``build_app(store, live=False)`` (or any single view) in a cell after
   ``pn.extension("tabulator")``.
 """
@@ -19,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import panel as pn
+import param
 
 from rolloutscope.store import RunStore
 from rolloutscope.dashboard.auth import TokenAuthProvider
@@ -31,10 +39,14 @@ from rolloutscope.dashboard.views import CSS, Checkpoints, Overview, Rollouts
 from rolloutscope.dashboard.trace_view import Traces
 from rolloutscope.dashboard.replay_view import Replay
 from rolloutscope.dashboard.diff_view import Diff
+from rolloutscope.dashboard.shared import DashboardLimits, ReadTimeout, SharedReads
 
 log = logging.getLogger(__name__)
 
 REFRESH_MS = 1500  # live refresh period: inside the 1-2 s the views promise
+# a session makes a tab's view when the tab is first shown (``LazyView``; off: every view at
+# once, as before, bench_sessions.py's baseline)
+LAZY_TABS = True
 TAB_NAMES = ("Overview", "Timeline", "Checkpoints", "Fleet", "Rollouts", "Traces", "Incident",
              "Replay", "Diff")
 
@@ -67,6 +79,73 @@ class Dashboard:
         out = [self.overview, self.timeline, self.checkpoints, self.fleet, self.rollouts,
                self.traces, self.incident]
         return out + [v for v in (self.replay, self.diff) if v is not None]
+
+
+class LazyView(pn.viewable.Viewer):
+    """A tab's view, made the first time its tab is shown (or ``view`` is asked for).
+
+    A session pays for the tabs it opens: a page that shows only the Overview never builds
+    the Rollouts tab's table of every try nor the Timeline's lanes. The view is made, and
+    shown, before the tabs build the models of its tab (``ViewTabs``), as an eager one is."""
+
+    shown = param.Boolean(default=False)
+
+    def __init__(self, make: Callable[[], object], **params) -> None:
+        self._make = make
+        self._view = None
+        self._holder = pn.Column(sizing_mode="stretch_width")
+        super().__init__(**params)
+        self.param.watch(self._on_shown, "shown")
+
+    @property
+    def built(self) -> bool:
+        return self._view is not None
+
+    @property
+    def view(self):
+        if self._view is None:
+            view = self._make()
+            view.shown = self.shown
+            self._view = view
+            self._holder[:] = [view]
+        return self._view
+
+    def _on_shown(self, event) -> None:
+        if event.new:
+            self.view.shown = True
+        elif self._view is not None:
+            self._view.shown = False
+
+    def __panel__(self):
+        return self._holder
+
+
+class LazyDashboard:
+    """``Dashboard``'s views made on first use (``LazyView``): what ``build_app`` serves.
+    Asking for a view (``dash.timeline``, ``views()``) makes it."""
+
+    NAMES = ("overview", "timeline", "checkpoints", "fleet", "rollouts", "traces", "incident",
+             "replay", "diff")
+
+    def __init__(self, data: DataStore, *, compare: RunStore | None = None) -> None:
+        self.data = data
+        makers = {
+            "overview": lambda: Overview(data), "timeline": lambda: Timeline(data),
+            "checkpoints": lambda: Checkpoints(data), "fleet": lambda: Fleet(data),
+            "rollouts": lambda: Rollouts(data), "traces": lambda: Traces(data, shown=False),
+            "incident": lambda: IncidentDetail(data),
+            "replay": lambda: Replay(data, after_store=compare),
+            "diff": lambda: Diff(data, other_store=compare)}
+        self.lazy = [LazyView(makers[name], name=name) for name in self.NAMES]
+
+    def __getattr__(self, name: str):
+        if name in LazyDashboard.NAMES:
+            return self.lazy[LazyDashboard.NAMES.index(name)].view
+        raise AttributeError(name)
+
+    def views(self) -> list:
+        """The views in tab order (``TAB_NAMES``), every one made."""
+        return [lazy.view for lazy in self.lazy]
 
 
 def _status_bar(data: DataStore) -> pn.Row:
@@ -151,13 +230,19 @@ class ViewTabs(pn.Tabs):
 
 def build_app(store: RunStore, *, live: bool, run_id: str | None = None,
               refresh_ms: int = REFRESH_MS, waiting_for: str | None = None,
-              link: dict | None = None, compare: RunStore | None = None) -> pn.Column:
+              link: dict | None = None, compare: RunStore | None = None,
+              shared: SharedReads | None = None) -> pn.Column:
     """The whole dashboard over ``store`` for one session (a served page or a notebook cell).
     ``waiting_for`` names where a live collector listens, for the page before its first span;
-    ``link``: query parameters to open on (``deeplink``; a served page reads its URL's)."""
-    data = DataStore(store, run_id=run_id, live=live, waiting_for=waiting_for)
-    dash = Dashboard.over(data, compare=compare)
-    views = dash.views()
+    ``link``: query parameters to open on (``deeplink``; a served page reads its URL's);
+    ``shared``: the server's shared reads (None: this session reads for itself)."""
+    data = DataStore(store, run_id=run_id, live=live, waiting_for=waiting_for, shared=shared)
+    if LAZY_TABS:
+        dash = LazyDashboard(data, compare=compare)
+        views = dash.lazy
+    else:
+        dash = Dashboard.over(data, compare=compare)
+        views = dash.views()
     tabs = ViewTabs(*zip(TAB_NAMES, views), views=views, dynamic=True,
                     sizing_mode="stretch_width")
 
@@ -209,6 +294,7 @@ class DashboardServer:
     port: int
     address: str
     _thread: threading.Thread
+    shared: SharedReads | None = None  # what its sessions share (tests read its counts)
 
     def stop(self) -> None:
         self._thread.stop()
@@ -246,38 +332,49 @@ def start_dashboard(store: RunStore, *, port: int = 0, address: str = DEFAULT_AD
                     live: bool, run_id: str | None = None, show: bool = False,
                     refresh_ms: int = REFRESH_MS, ready_timeout_s: float = 30.0,
                     waiting_for: str | None = None,
-                    token: str | None = None) -> DashboardServer:
+                    token: str | None = None,
+                    limits: DashboardLimits | None = None,
+                    compare: RunStore | None = None) -> DashboardServer:
     """Serve the dashboard from a background thread and return once it accepts connections.
 
     For the collector process (live) and for tests; ``port=0`` picks a free port. With
-    ``token``, every page and websocket needs it (``dashboard.auth``).
+    ``token``, every page and websocket needs it (``dashboard.auth``). ``limits``: the
+    server's bounds (default: from the environment, ``DashboardLimits.from_env``).
     """
     if port:
         _require_free(address, port)
     port = port or free_port(address)
     extra = {"auth_provider": TokenAuthProvider(token)} if token else {}
+    shared = SharedReads(limits or DashboardLimits.from_env())
     thread = pn.serve(_factory(store, live=live, run_id=run_id, refresh_ms=refresh_ms,
-                               waiting_for=waiting_for),
+                               waiting_for=waiting_for, shared=shared, compare=compare),
                       port=port, address=address, show=show, threaded=True,
                       allow_websocket_origin=websocket_origins(address, port),
                       title="rolloutscope", verbose=False, **extra)
     _wait_listening(address, port, ready_timeout_s)
     host = f"[{address}]" if ":" in address else address
     return DashboardServer(url=f"http://{host}:{port}/", port=port, address=address,
-                           _thread=thread)
+                           _thread=thread, shared=shared)
 
 
 def serve_dashboard(store: RunStore, *, port: int = DEFAULT_PORT,
                     address: str = DEFAULT_ADDRESS, live: bool, show: bool = False,
                     run_id: str | None = None,
                     on_ready: Callable[[str], None] | None = None,
-                    compare: RunStore | None = None) -> None:
-    """Serve the dashboard in this thread until interrupted (the CLI's foreground mode)."""
+                    compare: RunStore | None = None,
+                    limits: DashboardLimits | None = None) -> None:
+    """Serve the dashboard in this thread until interrupted (the CLI's foreground mode).
+    The server's DuckDB memory limit is set within ``limits`` (the store is this server's
+    own)."""
     if port:
         _require_free(address, port)
     port = port or free_port(address)
+    shared = SharedReads(limits or DashboardLimits.from_env())
+    for s in (store, compare):
+        if s is not None:
+            shared.limit_duckdb(s)
     server = pn.serve(_factory(store, live=live, run_id=run_id, refresh_ms=REFRESH_MS,
-                               compare=compare),
+                               compare=compare, shared=shared),
                       port=port, address=address, show=False, start=False,
                       allow_websocket_origin=websocket_origins(address, port),
                       title="rolloutscope", verbose=False)
@@ -295,16 +392,67 @@ def serve_dashboard(store: RunStore, *, port: int = DEFAULT_PORT,
 
 
 def _factory(store: RunStore, *, live: bool, run_id: str | None, refresh_ms: int,
-             waiting_for: str | None = None, compare: RunStore | None = None):
+             waiting_for: str | None = None, compare: RunStore | None = None,
+             shared: SharedReads | None = None):
+    shared = shared or SharedReads()
+
     def app():
         _quiet_closed_sockets()
         # Tabulator's script in every page: Panel loads it only for a table in the first
         # render, so a link that opens on a tab without one (Timeline) left every later table
         # undrawn ("Tabulator is not defined")
         pn.extension("tabulator")
-        return build_app(store, live=live, run_id=run_id, refresh_ms=refresh_ms,
-                         waiting_for=waiting_for, compare=compare)
+        admission = shared.admission
+        why = admission.refusal(_waited_s())
+        if why is None and not admission.enter():
+            why = (f"{shared.limits.max_builds} sessions are being built and none finished "
+                   f"within {shared.limits.build_wait_s:g} s")
+        if why is not None:
+            admission.refused += 1
+            log.warning("dashboard busy, a page got the busy page: %s", why)
+            return busy_page(why)
+        served = pn.state.curdoc is not None and pn.state.curdoc.session_context is not None
+        if served:
+            pn.state.on_session_destroyed(lambda ctx: admission.leave())
+        try:
+            return build_app(store, live=live, run_id=run_id, refresh_ms=refresh_ms,
+                             waiting_for=waiting_for, compare=compare, shared=shared)
+        except ReadTimeout as exc:
+            log.error("dashboard session not built: %s", exc)
+            return read_failed_page(str(exc))
+        finally:
+            admission.built()
+            if not served:
+                admission.leave()
     return app
+
+
+def _waited_s() -> float:
+    """How long this page's request has waited for its session (Tornado's request time)."""
+    try:
+        request = pn.state.curdoc.session_context.request
+        return float(request.request_time())
+    except Exception:  # noqa: BLE001 - outside a served request: it did not wait
+        return 0.0
+
+
+
+def busy_page(why: str) -> pn.Column:
+    """The page a request gets when the server takes no new session now, saying why (what a
+    reload storm meets instead of memory). It holds one pane: it costs the server almost
+    nothing."""
+    return pn.Column(pn.pane.HTML(
+        f"<div id='rs-busy' class='rs-busy'><h3>rolloutscope: the dashboard is busy</h3>"
+        f"<p>{html.escape(why)}.</p><p>Reload this page in a few seconds.</p></div>",
+        stylesheets=[CSS]), sizing_mode="stretch_width")
+
+
+def read_failed_page(message: str) -> pn.Column:
+    """The page of a session whose build stopped on a read that did not finish."""
+    return pn.Column(pn.pane.HTML(
+        f"<div id='rs-read-failed' class='rs-error'><h3>rolloutscope: the run could not be "
+        f"read in time</h3><p>{html.escape(message)}.</p><p>Reload to try again, or raise "
+        f"the limit.</p></div>", stylesheets=[CSS]), sizing_mode="stretch_width")
 
 
 _CLOSED = ("WebSocketClosedError", "StreamClosedError")

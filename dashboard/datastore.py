@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -49,6 +50,14 @@ from rolloutscope.store.store import TEXT, as_text
 from rolloutscope.vocabulary import SpanName
 
 from rolloutscope.dashboard.rollout_rows import RolloutRows
+from rolloutscope.dashboard.shared import (
+    DEFAULT_READ_TIMEOUT_S,
+    ReadTimeout,
+    SharedReads,
+    new_token,
+    shareable,
+    timed_frame,
+)
 from rolloutscope.dashboard.rollout_rows import listish
 from rolloutscope.dashboard.selection import is_in, rows_where
 from rolloutscope.dashboard.timeline_plot import (
@@ -193,6 +202,9 @@ class DataStore(RolloutRows, param.Parameterized):
     # text columns are read as Arrow strings (``RunStore.query_frame``; off: a Python string
     # per value, DuckDB's ``df()``, bench_render.py's load baseline)
     arrow_text = True
+    # served, whole reads and what is derived from them are the server's, shared by its
+    # sessions (off: each session reads and derives for itself, bench_sessions.py's baseline)
+    share_reads = True
 
     run_id = param.Selector(default=None, objects=[], doc="the run shown")
     incident = param.String(default=None, allow_None=True, doc="selected incident_id")
@@ -210,9 +222,16 @@ class DataStore(RolloutRows, param.Parameterized):
     last_refresh_by_view: dict[str, float]
 
     def __init__(self, store: RunStore, *, run_id: str | None = None, live: bool = False,
-                 waiting_for: str | None = None, **params) -> None:
+                 waiting_for: str | None = None, shared: SharedReads | None = None,
+                 **params) -> None:
         super().__init__(live=live, **params)
         self.store = store
+        # the server's shared reads (``dashboard.shared``): frames and what is derived from
+        # them, held once for every session; None (a notebook): this DataStore's own
+        self.shared = shared
+        self.read_timeout_s = (shared.limits.read_timeout_s if shared is not None
+                               else DEFAULT_READ_TIMEOUT_S)
+        self._reading = threading.local()  # what the thread's read is, for its timeout message
         # where a live collector listens, for the page shown before its first span
         self.waiting_for = waiting_for
         self._present: dict[str, bool] = {}
@@ -226,6 +245,9 @@ class DataStore(RolloutRows, param.Parameterized):
         self._run_mark: object = None
         self._whole: Future | None = None  # a background read of the whole views
         self.frame_versions: dict[str, int] = dict.fromkeys(VIEWS, 0)
+        # what each frame is across sessions: the shared read it came from, or a token of its
+        # own (a merge of a live tick's rows); what is derived from frames is shared by these
+        self.frame_tokens: dict[str, object] = {name: ("empty", name) for name in VIEWS}
         self.config: dict = {}
         self.last_refresh_by_view = {}
         self._contexts: dict[tuple, tuple[pd.DataFrame, pd.DataFrame]] = {}
@@ -262,7 +284,8 @@ class DataStore(RolloutRows, param.Parameterized):
         """The view's frame with no rows: its columns and types, from the store itself."""
         if not spec.optional or self._view_present(spec.name):
             try:
-                return self._query(f"SELECT * FROM {spec.name} LIMIT 0")  # from VIEWS
+                return self._shared_read(f"SELECT * FROM {spec.name} LIMIT 0", [],
+                                         what=f"the columns of {spec.name}")[0]  # from VIEWS
             except StoreError as exc:
                 if not spec.optional:
                     raise
@@ -301,23 +324,55 @@ class DataStore(RolloutRows, param.Parameterized):
         return self._present[name]
 
     def _query(self, sql: str, params: list | None = None) -> pd.DataFrame:
-        return (self.store.query_frame if self.arrow_text else self.store.query_df)(sql, params)
+        """One read, ended by ``ReadTimeout`` after the read time limit (named by
+        ``_reading``: what this thread reads)."""
+        return timed_frame(self.store, sql, params, self.read_timeout_s,
+                           arrow_text=self.arrow_text,
+                           what=getattr(self._reading, "what", "the store"))
 
-    def _read(self, spec: ViewSpec, since: int | None) -> pd.DataFrame | None:
-        if spec.optional and not self._view_present(spec.name):
-            return None
-        if spec.gym_only and "gym" not in self.dialects():
-            return None
-        floor = self._cap_floor(spec) if spec.cap is not None else None
-        sql, params = self._read_sql(spec, since, floor)
+    def _query_of(self, sql: str, params: list | None, what: str) -> pd.DataFrame:
+        self._reading.what = what
         try:
             return self._query(sql, params)
+        finally:
+            self._reading.what = "the store"
+
+    def _read_key(self, sql: str, params: list) -> tuple:
+        return ("read", id(self.store), self.arrow_text, sql, tuple(params),
+                self.shared.data_version(self.store))
+
+    def _shared_read(self, sql: str, params: list, *, what: str) -> tuple[pd.DataFrame, object]:
+        """A whole read (no watermark), shared by every session of the server when there is
+        one: (frame, its token)."""
+        if self.shared is None or not self.share_reads:
+            return self._query_of(sql, params, what), new_token()
+        key = self._read_key(sql, params)
+        return self.shared.cache.get(key, lambda: self._query_of(sql, params, what)), key
+
+    def _read(self, spec: ViewSpec, since: int | None) -> pd.DataFrame | None:
+        return self._read_tokened(spec, since)[0]
+
+    def _read_tokened(self, spec: ViewSpec, since: int | None
+                      ) -> tuple[pd.DataFrame | None, object]:
+        """``_read`` and the frame's token: a whole read (``since`` None) is the server's
+        shared read; a live tick's rows since its watermark are this session's own."""
+        if spec.optional and not self._view_present(spec.name):
+            return None, None
+        if spec.gym_only and "gym" not in self.dialects():
+            return None, None
+        floor = self._cap_floor(spec) if spec.cap is not None else None
+        sql, params = self._read_sql(spec, since, floor)
+        what = f"view {spec.name} of run {self.run_id}"
+        try:
+            if since is None:
+                return self._shared_read(sql, params, what=what)
+            return self._query_of(sql, params, what), new_token()
         except StoreError as exc:
             if not spec.optional:
                 raise
             self.problems.append(f"view {spec.name} unreadable: {exc}")
             log.warning("view %s unreadable: %s", spec.name, exc)
-            return None
+            return None, None
 
     def _read_sql(self, spec: ViewSpec, since: int | None,
                   floor: int | None) -> tuple[str, list]:
@@ -356,14 +411,15 @@ class DataStore(RolloutRows, param.Parameterized):
             return None
         marks = ", ".join("?" * len(spec.anchor))
         try:
-            row = self.store.query(
+            row = self._shared_read(
                 f"SELECT start_ns FROM all_spans WHERE run_id = ? AND name IN ({marks}) "
                 f"AND start_ns IS NOT NULL ORDER BY start_ns DESC LIMIT 1 "
                 f"OFFSET {int(spec.cap) - 1}",
-                [self.run_id, *spec.anchor])
+                [self.run_id, *spec.anchor], what=f"the newest {spec.name} of run "
+                                                  f"{self.run_id}")[0]
         except StoreError:
             return None
-        return int(row[0][0]) if row else None
+        return int(row.start_ns.iloc[0]) if len(row) else None
 
     def refresh(self, *, full: bool = False) -> bool:
         """Read what changed since the last refresh; True if any frame changed."""
@@ -386,7 +442,7 @@ class DataStore(RolloutRows, param.Parameterized):
             if not (spec.times or full):
                 continue
             started = time.perf_counter()
-            new = self._read(spec, None if not spec.times else since)
+            new, token = self._read_tokened(spec, None if not spec.times else since)
             self.last_refresh_by_view[name] = (time.perf_counter() - started) * 1e3
             if new is None:
                 continue
@@ -409,7 +465,10 @@ class DataStore(RolloutRows, param.Parameterized):
                 merged = pd.concat([kept, new], ignore_index=True) if len(kept) else new
             else:
                 continue
-            self.frames[name] = merged.reset_index(drop=True)
+            if merged is not new:
+                token = new_token()  # this session's own rows
+            self.frames[name] = _indexed(merged)
+            self.frame_tokens[name] = token
             self.frame_versions[name] += 1
             changed = True
             if spec.times:
@@ -445,11 +504,12 @@ class DataStore(RolloutRows, param.Parameterized):
         run_id = self.run_id
         specs = [spec for spec in VIEWS.values() if not spec.times and not spec.rarely]
 
-        def read() -> tuple[str | None, dict[str, tuple[pd.DataFrame | None, float]]]:
+        def read() -> tuple[str | None, dict[str, tuple[pd.DataFrame | None, float, object]]]:
             out = {}
             for spec in specs:
                 started = time.perf_counter()
-                out[spec.name] = (self._read(spec, None), (time.perf_counter() - started) * 1e3)
+                new, token = self._read_tokened(spec, None)
+                out[spec.name] = (new, (time.perf_counter() - started) * 1e3, token)
             return run_id, out
 
         self._whole = _WHOLE_READS.submit(read)
@@ -468,10 +528,11 @@ class DataStore(RolloutRows, param.Parameterized):
         if run_id != self.run_id:
             return False  # read for a run no longer shown
         changed = False
-        for name, (new, ms) in frames.items():
+        for name, (new, ms, token) in frames.items():
             self.last_refresh_by_view[name] = ms
             if new is not None and not _same(self.frames[name], new):
-                self.frames[name] = new.reset_index(drop=True)
+                self.frames[name] = _indexed(new)
+                self.frame_tokens[name] = token
                 self.frame_versions[name] += 1
                 changed = True
         return changed
@@ -487,9 +548,18 @@ class DataStore(RolloutRows, param.Parameterized):
         return moved
 
     def tick(self) -> None:
-        """The live periodic callback: refresh unless paused."""
+        """The live periodic callback: refresh unless paused. A read that ran out of time
+        is a problem shown on the page and logged; the next tick tries again."""
         if not self.paused:
-            self.refresh()
+            try:
+                self.refresh()
+            except ReadTimeout as exc:
+                self._timed_out(exc)
+
+    def _timed_out(self, exc: ReadTimeout) -> None:
+        log.warning("dashboard read stopped: %s", exc)
+        self.problems = [*self.problems, str(exc)]
+        self.version += 1  # the page shows it
 
     def _on_run(self, event) -> None:
         self.incident = None
@@ -499,7 +569,10 @@ class DataStore(RolloutRows, param.Parameterized):
         self._ticks = 0
         self._run_mark = None
         self._contexts = {}
-        self.refresh(full=True)
+        try:
+            self.refresh(full=True)
+        except ReadTimeout as exc:
+            self._timed_out(exc)
 
     # -- the time range every time plot shows -------------------------------------------------
     def show_range(self, rng: tuple[float, float] | None, *, source: object = None) -> None:
@@ -679,7 +752,15 @@ class DataStore(RolloutRows, param.Parameterized):
 
     def derived(self, what: tuple, frames: tuple[str, ...], compute):
         """``compute()``, remembered for ``what`` until one of ``frames`` (or the run)
-        changes."""
+        changes. Served, it is remembered by the frames' tokens in the server's cache, so
+        sessions over the same frames derive it once (``what`` names every input besides
+        the frames, as it must for this memo)."""
+        if self.shared is not None and self.share_reads:
+            tokens = tuple(self.frame_tokens[f] for f in frames)
+            # what a live tick merged is this session's alone: derived from it, kept here
+            if all(shareable(t) for t in tokens):
+                return self.shared.cache.get(("derived", id(self.store), what, self.run_id,
+                                              *tokens), compute)
         key = (what, self.run_id, *(self.frame_versions[f] for f in frames))
         value = self._derived.get(key)
         if value is None:
@@ -828,7 +909,17 @@ def _fmt_int(v) -> str:
     return "-" if v is None or pd.isna(v) else str(int(v))
 
 
+def _indexed(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with a 0..n-1 index: itself when it has one (a shared read is not copied)."""
+    index = df.index
+    if isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1:
+        return df
+    return df.reset_index(drop=True)
+
+
 def _same(a: pd.DataFrame, b: pd.DataFrame) -> bool:
+    if a is b:
+        return True
     if len(a) != len(b) or list(a.columns) != list(b.columns):
         return False
     try:

@@ -20,6 +20,16 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     from rolloutscope.collectors.service import is_loopback
     from rolloutscope.store import RunStore
     from rolloutscope.dashboard.app import serve_dashboard
+    from rolloutscope.dashboard.shared import DashboardLimits
+
+    try:
+        limits = DashboardLimits.from_env(memory_mib=args.memory_mib,
+                                          max_sessions=args.max_sessions,
+                                          read_timeout_s=args.read_timeout_s)
+    except ValueError as exc:
+        from rolloutscope.cli import UsageError
+
+        raise UsageError(str(exc)) from None
 
     if not is_loopback(args.address):
         print(f"rolloutscope dashboard: serving on {args.address}, reachable beyond this "
@@ -36,6 +46,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
                    if args.compare else None)
         serve_dashboard(store, port=args.port, address=args.address, live=False,
                         show=not args.no_browser, run_id=args.run_id, compare=compare,
+                        limits=limits,
                         on_ready=lambda url: print(f"dashboard: {url}", flush=True))
     return 0
 
@@ -51,4 +62,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-browser", action="store_true", help="do not open a browser")
     p.add_argument("--compare", default=None, metavar="OTHER.duckdb",
                    help="another run store whose runs the Replay and Diff tabs offer")
+    from rolloutscope.dashboard import defaults as shared
+
+    p.add_argument("--memory-mib", type=int, default=None,
+                   help=f"the server's memory bound: DuckDB gets a quarter, the frames its "
+                        f"sessions share half, and a new session is answered 'busy' while "
+                        f"the process holds more than the bound less a session's room "
+                        f"(default {shared.DEFAULT_MEMORY_MIB}, or ${shared.MEMORY_ENV})")
+    p.add_argument("--max-sessions", type=int, default=None,
+                   help=f"browser sessions open at once; more get the 'busy' page (default "
+                        f"{shared.DEFAULT_MAX_SESSIONS}, or ${shared.SESSIONS_ENV})")
+    p.add_argument("--read-timeout-s", type=float, default=None,
+                   help=f"a read of the store that takes longer is stopped and its message "
+                        f"shown (default {shared.DEFAULT_READ_TIMEOUT_S:g}, or "
+                        f"${shared.READ_TIMEOUT_ENV})")
     p.set_defaults(handler=cmd_dashboard)
