@@ -385,7 +385,11 @@ class DataStore(RolloutRows, param.Parameterized):
             # through its macro: the run and the floor reach the spans its aggregates read
             source, where, params = f"{spec.name}_of(?, ?)", [], [self.run_id, floor]
         else:
-            source, where, params = spec.name, ["run_id = ?"], [self.run_id]
+            # the maintained rows where the store keeps them (RunStore.relation): equal to the
+            # view, read without computing it over every span
+            relation = getattr(self.store, "relation", None)
+            source = relation(spec.name) if relation is not None else spec.name
+            where, params = ["run_id = ?"], [self.run_id]
             if floor is not None:
                 where.append("start_ns >= ?")
                 params.append(floor)

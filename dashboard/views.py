@@ -609,8 +609,13 @@ class Rollouts(View):
         return self._overlap
 
     def _rows(self) -> pd.DataFrame:
+        # derived once per server for the same frames and filters (DataStore.derived)
+        d, t0 = self.data, self._t0()
+        return d.derived(("rollouts table", tuple(d.outcomes), d.failure_class, t0),
+                         ("rollout_attempts",), lambda: self._table_rows(t0))
+
+    def _table_rows(self, t0: int) -> pd.DataFrame:
         a = self.data.attempts_table().sort_values("start_ns")
-        t0 = self._t0()
         return pd.DataFrame({
             "dialect": a.dialect.astype(str).to_numpy(),
             "rollout_id": a.rollout_id.astype(str).to_numpy(),
@@ -666,8 +671,11 @@ class Rollouts(View):
 
     def _overlap_pane(self):
         d = self.data
-        ov = plots.deadline_overlaps(d.frames["deadlines"], d.frames["checkpoint_windows"],
-                                     now_ns=d.last_seen_ns())
+        now = d.last_seen_ns()
+        ov = d.derived(("deadline overlaps", now), ("deadlines", "checkpoint_windows"),
+                       lambda: plots.deadline_overlaps(d.frames["deadlines"],
+                                                       d.frames["checkpoint_windows"],
+                                                       now_ns=now))
         if not len(ov):
             return pn.pane.HTML("<span class='rs-note'>No rollout deadline crossed a snapshot "
                                 "window.</span>", stylesheets=[CSS])

@@ -372,7 +372,7 @@ class RunStore:
         """What a reader selects from for view ``name``: its maintained form
         (``rs_read.<name>``: the stored rows and those of spans not derived yet, equal to the
         view) where the store keeps one, else the view itself."""
-        return f"rs_read.{name}" if self.maintained else name
+        return f"rs_read.{name}" if name in _views.names() and self.maintained else name
 
     def run_ids(self) -> list[str]:
         return [r[0] for r in self.query(
