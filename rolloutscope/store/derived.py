@@ -125,31 +125,21 @@ def digest() -> str:
     return h.hexdigest()[:16]
 
 
-def _window_views(schema: str) -> list[str]:
-    if schema == "rs_new":
-        return [
-            f"CREATE OR REPLACE VIEW {schema}.spans AS SELECT * FROM main.spans "
-            "WHERE rowid >= (SELECT spans_done FROM main.derive_state) "
-            "AND rowid < (SELECT spans_upto FROM main.derive_state)",
-            f"CREATE OR REPLACE VIEW {schema}.span_events AS SELECT * FROM main.span_events "
-            "WHERE rowid >= (SELECT events_done FROM main.derive_state) "
-            "AND rowid < (SELECT events_upto FROM main.derive_state)",
-            f"CREATE OR REPLACE VIEW {schema}.open_spans AS SELECT * FROM main.open_spans "
-            "WHERE false",
-        ]
-    return [
-        f"CREATE OR REPLACE VIEW {schema}.spans AS SELECT * FROM main.spans "
-        "WHERE rowid >= (SELECT spans_done FROM main.derive_state)",
-        f"CREATE OR REPLACE VIEW {schema}.span_events AS SELECT * FROM main.span_events "
-        "WHERE rowid >= (SELECT events_done FROM main.derive_state)",
-    ]
-
-
-def _in_schema(text: str, schema: str) -> str:
-    return _views._CREATE.sub(lambda m: f"CREATE OR REPLACE VIEW {schema}.{m.group(1)} AS",
-                              _views._MACRO.sub(
-                                  lambda m: f"CREATE OR REPLACE MACRO {schema}.{m.group(1)}(",
-                                  text), 1)
+def _window_views(schema: str, *, upto: bool) -> list[str]:
+    """``schema``'s spans and events: those from the watermark on, below the pass's bound where
+    ``upto`` (``rs_new``, with no open markers), else all of them (``rs_tail``, whose open
+    markers are the store's)."""
+    out = []
+    for table, column in (("spans", "spans"), ("span_events", "events")):
+        where = f"rowid >= (SELECT {column}_done FROM main.derive_state)"
+        if upto:
+            where += f" AND rowid < (SELECT {column}_upto FROM main.derive_state)"
+        out.append(f"CREATE OR REPLACE VIEW {schema}.{table} AS "
+                   f"SELECT * FROM main.{table} WHERE {where}")
+    if upto:
+        out.append(f"CREATE OR REPLACE VIEW {schema}.open_spans AS "
+                   "SELECT * FROM main.open_spans WHERE false")
+    return out
 
 
 def _needed(names: tuple[str, ...]) -> list[tuple[str, str]]:
@@ -184,10 +174,10 @@ def install(con: duckdb.DuckDBPyConnection) -> bool:
     con.execute("INSERT INTO derive_state VALUES (0, 0, 0, 0, ?, 0, ?)",
                 [digest(), time.time_ns()])
     for schema in ("rs_new", "rs_tail"):
-        for stmt in _window_views(schema):
+        for stmt in _window_views(schema, upto=schema == "rs_new"):
             con.execute(stmt)
         for _name, text in _needed(MAINTAINED):
-            con.execute(_in_schema(text, schema))
+            con.execute(_views.in_schema(text, schema))
     for name in MAINTAINED:
         con.execute(f"DROP TABLE IF EXISTS main.d_{name}")
         con.execute(f"CREATE TABLE main.d_{name} AS SELECT * FROM rs_new.{name} WHERE false")
@@ -198,13 +188,13 @@ def install(con: duckdb.DuckDBPyConnection) -> bool:
     for name, text in _views.definitions():
         if name == "services":
             assert _SERVICES_FROM in text, "services no longer groups spans by resource first"
-            con.execute(_in_schema(text.replace(_SERVICES_FROM, _SERVICES_MAINTAINED),
-                                   "rs_read"))
+            con.execute(_views.in_schema(text.replace(_SERVICES_FROM, _SERVICES_MAINTAINED),
+                                         "rs_read"))
         elif name in MAINTAINED:
             con.execute(f"CREATE OR REPLACE VIEW rs_read.{name} AS "
                         f"SELECT * FROM main.d_{name} UNION ALL SELECT * FROM rs_tail.{name}")
         else:
-            con.execute(_in_schema(text, "rs_read"))
+            con.execute(_views.in_schema(text, "rs_read"))
     return True
 
 

@@ -86,6 +86,13 @@ def as_temporary(text: str) -> str:
     return _CREATE.sub(lambda m: f"CREATE OR REPLACE TEMP VIEW {m.group(1)} AS", text, 1)
 
 
+def in_schema(text: str, schema: str) -> str:
+    """A view file's text, its macro and its view created in ``schema``: their unqualified
+    names then read that schema's tables and views first, the main schema's after."""
+    text = _MACRO.sub(lambda m: f"CREATE OR REPLACE MACRO {schema}.{m.group(1)}(", text)
+    return _CREATE.sub(lambda m: f"CREATE OR REPLACE VIEW {schema}.{m.group(1)} AS", text, 1)
+
+
 def digest() -> str:
     h = hashlib.sha256()
     for name, text in definitions():

@@ -5,7 +5,7 @@ and on a store written before the rows were maintained."""
 
 from __future__ import annotations
 
-import math
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +15,7 @@ from collections import Counter
 from contextlib import closing
 from pathlib import Path
 
+import duckdb
 import pytest
 
 import rolloutscope.replay.runner as runner
@@ -23,22 +24,25 @@ from rolloutscope.replay.scenarios import get, names
 from rolloutscope.store import RunStore, derived, views
 from tests.child_output import read_line
 from tests.gym_capture import collect_capture
+from tests.store.test_view_rewrites import _norm
 from tests.synthetic_run import synthetic_run
 
 ROOT = Path(__file__).parents[2]
 
 
-def _norm(value):
-    """Floats to 12 significant digits: a sum's last bits depend on the order it ran in."""
-    if isinstance(value, float):
-        return value if math.isnan(value) else float(f"{value:.12g}")
-    if isinstance(value, (list, tuple)):
-        return type(value)(_norm(v) for v in value)
-    return value
-
-
 def _rows(cur, relation: str) -> Counter:
     return Counter(repr(_norm(r)) for r in cur.execute(f"SELECT * FROM {relation}").fetchall())
+
+
+def _strip(path: Path) -> None:
+    """``path`` as a store written before its rows were maintained."""
+    con = duckdb.connect(str(path))
+    for table in (*(f"d_{name}" for name in derived.MAINTAINED), "d_span_buckets",
+                  "d_resources", "derive_state"):
+        con.execute(f"DROP TABLE {table}")
+    for schema in derived.SCHEMAS:
+        con.execute(f"DROP SCHEMA {schema} CASCADE")
+    con.close()
 
 
 def differences(path: Path) -> tuple[dict, dict[str, int]]:
@@ -130,15 +134,7 @@ def test_an_older_store_is_brought_up_to_date_on_first_write(tmp_path, caplog):
     path = tmp_path / "run.duckdb"
     with RunStore(path) as store:
         runner.replay_into_store(get("demo"), store)
-    import duckdb
-
-    con = duckdb.connect(str(path))  # as a store written before its rows were maintained
-    for name in derived.MAINTAINED:
-        con.execute(f"DROP TABLE d_{name}")
-    for schema in derived.SCHEMAS:
-        con.execute(f"DROP SCHEMA {schema} CASCADE")
-    con.execute("DROP TABLE derive_state")
-    con.close()
+    _strip(path)
     with RunStore(path, read_only=True) as store, store.cursor() as cur:
         assert not derived.available(cur)
         assert store.relation("deadlines") == "deadlines"  # read-only: the views, as before
@@ -203,20 +199,8 @@ def test_info_and_incidents_read_the_same_from_the_maintained_rows(tmp_path):
         runner.replay_into_store(get("demo"), store)
         runner.replay_into_store(get("chaos-kill-serving"), store)
     plain = tmp_path / "plain.duckdb"
-    import shutil
-
-    import duckdb
-
     shutil.copy(path, plain)
-    con = duckdb.connect(str(plain))
-    for name in derived.MAINTAINED:
-        con.execute(f"DROP TABLE d_{name}")
-    con.execute("DROP TABLE d_span_buckets")
-    con.execute("DROP TABLE d_resources")
-    for schema in derived.SCHEMAS:
-        con.execute(f"DROP SCHEMA {schema} CASCADE")
-    con.execute("DROP TABLE derive_state")
-    con.close()
+    _strip(plain)
 
     def info(p):
         return [line for line in _cli("info", str(p)).splitlines()[1:]
