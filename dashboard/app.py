@@ -35,7 +35,7 @@ from rolloutscope.dashboard.deeplink import follow_link
 from rolloutscope.dashboard.defaults import DEFAULT_ADDRESS, DEFAULT_PORT
 from rolloutscope.dashboard.incident_view import IncidentDetail
 from rolloutscope.dashboard.time_views import Fleet, Timeline
-from rolloutscope.dashboard.views import CSS, Checkpoints, Overview, Rollouts
+from rolloutscope.dashboard.tabs import CSS, Checkpoints, Overview, Rollouts
 from rolloutscope.dashboard.trace_view import Traces
 from rolloutscope.dashboard.replay_view import Replay
 from rolloutscope.dashboard.diff_view import Diff

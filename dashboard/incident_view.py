@@ -18,7 +18,7 @@ from rolloutscope.dashboard.datastore import DataStore
 from rolloutscope.dashboard.scene import Scene, incident_scene
 from rolloutscope.dashboard.story import incident_story, story_html
 from rolloutscope.dashboard.time_views import committed_label
-from rolloutscope.dashboard.views import (
+from rolloutscope.dashboard.tabs import (
     CSS,
     TimeView,
     incident_selector,

@@ -15,7 +15,7 @@ from rolloutscope.dashboard.app import build_app, websocket_origins
 from rolloutscope.store.rows import RowBatch
 from rolloutscope.dashboard.datastore import INCIDENTS_EVERY, VIEWS, DataStore, ViewSpec
 from rolloutscope.dashboard.scene import FLEET_KINDS, GAUGE_KINDS
-from rolloutscope.dashboard.views import Fleet, IncidentDetail, Overview, Timeline
+from rolloutscope.dashboard.tabs import Fleet, IncidentDetail, Overview, Timeline
 from tests.store.conftest import SpanKit
 
 from .conftest import RUN, SCRIPT, serving_lines
@@ -264,7 +264,7 @@ class TestLiveRedraw:
     def test_the_app_draws_only_the_tab_on_screen(self, p1_store):
         app = build_app(p1_store, live=False)
         tabs = app[1]
-        views = app.dashboard.views()
+        views = app.dashboard.tabs()
         assert [v.shown for v in views] == [True] + [False] * (len(views) - 1)
         tabs.active = 3
         assert [v.shown for v in views].index(True) == 3 and sum(v.shown for v in views) == 1
