@@ -214,12 +214,14 @@ class CollectorService:
                     raise BadRequestError("invalid_json", "send a JSON object {\"sql\": ...}")
             else:
                 doc = dict(request.query)
+                if "params" in doc:  # ?params=<a JSON list>
+                    doc["params"] = orjson.loads(doc["params"])
             sql, fmt = doc.get("sql"), doc.get("format", "arrow")
             if not isinstance(sql, str) or not sql.strip():
                 raise BadRequestError("missing_sql", "no SQL given: send {\"sql\": \"SELECT ...\"}")
             if fmt not in ("arrow", "json"):
                 raise BadRequestError("bad_format", f"format must be arrow or json, got {fmt!r}")
-            result = await self._query.run(sql, fmt)
+            result = await self._query.run(sql, fmt, doc.get("params"), doc.get("timeout_s"))
         except orjson.JSONDecodeError as exc:
             return _json_error(400, "invalid_json", f"body is not valid JSON: {exc}")
         except ConnectionError:  # the reader went away mid-request
