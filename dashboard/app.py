@@ -362,10 +362,11 @@ def serve_dashboard(store: RunStore, *, port: int = DEFAULT_PORT,
                     run_id: str | None = None,
                     on_ready: Callable[[str], None] | None = None,
                     compare: RunStore | None = None,
-                    limits: DashboardLimits | None = None) -> None:
+                    limits: DashboardLimits | None = None, token: str | None = None,
+                    waiting_for: str | None = None) -> None:
     """Serve the dashboard in this thread until interrupted (the CLI's foreground mode).
     The server's DuckDB memory limit is set within ``limits`` (the store is this server's
-    own)."""
+    own). With ``token``, every page and websocket needs it (``dashboard.auth``)."""
     if port:
         _require_free(address, port)
     port = port or free_port(address)
@@ -373,11 +374,12 @@ def serve_dashboard(store: RunStore, *, port: int = DEFAULT_PORT,
     for s in (store, compare):
         if s is not None:
             shared.limit_duckdb(s)
+    extra = {"auth_provider": TokenAuthProvider(token)} if token else {}
     server = pn.serve(_factory(store, live=live, run_id=run_id, refresh_ms=REFRESH_MS,
-                               compare=compare, shared=shared),
+                               compare=compare, shared=shared, waiting_for=waiting_for),
                       port=port, address=address, show=False, start=False,
                       allow_websocket_origin=websocket_origins(address, port),
-                      title="rolloutscope", verbose=False)
+                      title="rolloutscope", verbose=False, **extra)
     host = f"[{address}]" if ":" in address else address
     url = f"http://{host}:{port}/"
     if on_ready is not None:
