@@ -278,8 +278,9 @@ class CollectorService:
             # the store never reads or writes other files: no COPY/ATTACH/INSTALL, and no
             # query through the read endpoint can reach the file system (see query.py)
             cur.execute("SET enable_external_access = false")
-            # one limit for DuckDB in this process: the writer's appends, the dashboard's
-            # views and the query endpoint (it spills to the store's temp directory past it)
+            # one limit for DuckDB in this process: the writer's appends and the query
+            # endpoint, which the live dashboard reads through (it spills to the store's temp
+            # directory past it)
             cur.execute(f"SET memory_limit = '{int(cfg.store_memory_mib)}MiB'")
         self._writer = self.store.writer(max_rows=cfg.commit_max_rows,
                                          max_delay_ms=cfg.commit_max_delay_ms,

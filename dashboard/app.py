@@ -1,9 +1,11 @@
 """The dashboard app: one factory for every mode, and a server that binds loopback.
 
 - read-only over a finished run: ``rolloutscope dashboard RUN.duckdb`` (``serve_dashboard``);
-- live inside the collector process, which owns the writable ``RunStore``:
-  ``start_dashboard(store, live=True)`` returns a handle to stop on shutdown; each browser
-  session gets its own ``DataStore`` refreshed by a periodic callback, with a pause toggle;
+- live over a running collector: ``rolloutscope dashboard URL`` (``serve_dashboard`` over a
+  ``store.remote.RemoteRunStore``), the process ``rolloutscope serve`` starts beside itself;
+  each browser session gets its own ``DataStore`` refreshed by a periodic callback, with a
+  pause toggle. ``start_dashboard`` serves from a background thread of the calling process
+  and returns a handle to stop (tests, benchmarks);
 
 A served dashboard's sessions share one ``SharedReads`` (``dashboard.shared``): the frames
 read and what is derived from them are held once per server, a session holds its selections.
