@@ -225,12 +225,15 @@ class Watchdog:
                                         daemon=True)
         self._thread.start()
 
-    def stop(self, timeout_s: float = 10.0) -> None:
+    def stop(self, timeout_s: float = 10.0, deliver_s: float = 5.0) -> None:
+        """End the passes (waiting ``timeout_s`` for one under way), then give each channel
+        ``deliver_s`` to deliver what it holds: a hung webhook delays a collector's shutdown
+        by that much at most."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
         for ch in self.channels:
-            ch.close(timeout_s)
+            ch.close(deliver_s)
 
     def _run(self) -> None:
         while not self._stop.wait(self.config.interval_s):
