@@ -336,13 +336,15 @@ class _Reader:
         if gym_only:
             rows = [g]
         else:
-            rows = [s for s in spans if s["name"] == SpanName.GYM_ROLLOUT
-                    and s["rl_attempt"] == live_try["attempt"]
-                    and (s["end_ns"] is None or s["end_ns"] > self.at)]
+            mine = [s for s in spans if s["name"] == SpanName.GYM_ROLLOUT
+                    and s["rl_attempt"] == live_try["attempt"]]
+            rows = [s for s in mine if s["end_ns"] is None or s["end_ns"] > self.at]
         if not rows:
-            return self._make(g, None, WaitState.ROWS_BACK, "every row is back; the try has "
-                              "not committed", live_try["start_ns"], _CONTROLLER,
-                              self.ev(live_try))
+            if fences:  # a row re-dispatch held by a closed fence
+                return self._between_tries(g, [], fences)
+            back = max([live_try["start_ns"], *(s["end_ns"] for s in mine)])
+            return self._make(g, None, WaitState.ROWS_BACK, "waiting for the try to commit "
+                              "(every row is back)", back, _CONTROLLER, self.ev(live_try))
         options = [self._row(g, row, spans, parks, requests) for row in rows]
         return max(options, key=lambda w: (WaitState.SEVERITY[w.state]
                                            + (WaitState.TROUBLE if w.resource.in_trouble else 0),
@@ -372,8 +374,8 @@ class _Reader:
             return self._make(g, None, WaitState.REDISPATCH, f"waiting for a re-dispatch after "
                               f"try {last['attempt']} ended ({why})", last["end_ns"],
                               _CONTROLLER, self.ev(last))
-        return self._make(g, None, WaitState.CONTROLLER, "arrived, not dispatched, with no "
-                          "fence closed", g["start_ns"], _CONTROLLER, self.ev(g))
+        return self._make(g, None, WaitState.CONTROLLER, "waiting to be dispatched (no fence "
+                          "closed)", g["start_ns"], _CONTROLLER, self.ev(g))
 
     def _row(self, g: dict, row: dict, spans: list[dict], parks: list[dict],
              requests: list[dict]) -> WaitingGroup:
