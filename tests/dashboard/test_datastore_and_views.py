@@ -264,7 +264,7 @@ class TestLiveRedraw:
     def test_the_app_draws_only_the_tab_on_screen(self, p1_store):
         app = build_app(p1_store, live=False)
         tabs = app[1]
-        views = app.dashboard.tabs()
+        views = app.dashboard.views()
         assert [v.shown for v in views] == [True] + [False] * (len(views) - 1)
         tabs.active = 3
         assert [v.shown for v in views].index(True) == 3 and sum(v.shown for v in views) == 1
