@@ -115,6 +115,13 @@ def test_only_the_kinds_asked_for_are_delivered(run_file, tmp_path):
     assert [json.loads(line)["kind"] for line in lines] == ["stall"]
 
 
+def test_a_pass_over_a_store_that_received_nothing_is_skipped(run_file):
+    with RunStore(run_file, read_only=True) as store:
+        dog = Watchdog(store, WatchdogConfig(on_incident="true"))
+        assert dog.changed() and not dog.changed()
+        dog.stop()
+
+
 def test_a_command_that_fails_is_counted_and_the_watchdog_carries_on(run_file):
     with RunStore(run_file, read_only=True) as store:
         dog = Watchdog(store, WatchdogConfig(on_incident="exit 3"))
