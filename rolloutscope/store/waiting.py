@@ -143,6 +143,11 @@ class MomentError(InputError):
 
 
 def _the_run(store: RunStore, run_id: str | None) -> str:
+    # the runs table first: a writer records every run it stores there, and listing the runs
+    # from the spans (store.run_ids, for files written before) reads a column of every span
+    registered = [r[0] for r in store.query("SELECT run_id FROM runs ORDER BY run_id")]
+    if run_id in registered or (run_id is None and len(registered) == 1):
+        return run_id or registered[0]
     known = store.run_ids()
     if run_id is None:
         if len(known) != 1:
@@ -206,7 +211,9 @@ class _Reader:
 
     def q(self, sql: str, **more: Any) -> list[dict[str, Any]]:
         with self.store.cursor() as cur:
-            cur.execute(sql, {**self.p, **more})
+            # DuckDB refuses a named parameter the statement does not use
+            params = {k: v for k, v in {**self.p, **more}.items() if f"${k}" in sql}
+            cur.execute(sql, params)
             names = [d[0] for d in cur.description]
             return [dict(zip(names, row)) for row in cur.fetchall()]
 
