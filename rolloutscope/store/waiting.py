@@ -129,7 +129,7 @@ def waiting_on(store: RunStore, run_id: str | None = None, *, at_ns: int | None 
     run_id = _the_run(store, run_id)
     origin, last = _origin_and_last(store, run_id)
     if step is not None:
-        at_ns = _moment_of_step(store, run_id, step, last)
+        at_ns = _moment_of_step(store, run_id, step, origin, last)
     elif at_s is not None:
         at_ns = origin + int(at_s * 1e9)
     elif at_ns is None:
@@ -169,15 +169,14 @@ def _origin_and_last(store: RunStore, run_id: str) -> tuple[int, int]:
     return int(origin if origin is not None else last), int(last)
 
 
-def _moment_of_step(store: RunStore, run_id: str, step: int, last: int) -> int:
+def _moment_of_step(store: RunStore, run_id: str, step: int, origin: int, last: int) -> int:
     ends = [r[0] for r in store.query(
         "SELECT end_ns FROM all_spans WHERE run_id = ? AND name = ? AND end_ns IS NOT NULL "
         "ORDER BY end_ns", [run_id, SpanName.RL_TRAIN_STEP])]
     if step < 1 or step > len(ends) + 1:
         raise MomentError(f"run {run_id} has no train step {step}: it completed {len(ends)} "
-                       f"(step {len(ends) + 1} is the one collecting at its end)")
-    lo = ends[step - 2] if step >= 2 else store.query(
-        "SELECT min(start_ns) FROM all_spans WHERE run_id = ?", [run_id])[0][0]
+                          f"(step {len(ends) + 1} is the one collecting at its end)")
+    lo = ends[step - 2] if step >= 2 else origin
     if step == len(ends) + 1:
         return last
     hi = store.query("SELECT max(start_ns) FROM all_spans WHERE run_id = ? AND name = ? "
