@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+
 import time
 
 import panel as pn
@@ -226,6 +228,18 @@ class TestViews:
         html_out = detail.story().object
         assert "Shard 3 goes suspect -&gt; dead on reported_failure" in html_out
         assert SCRIPT not in html_out and "&lt;script&gt;" in html_out
+
+    def test_the_incident_detail_says_what_the_run_waited_on_while_it_lasted(self, data):
+        detail = IncidentDetail(data)
+        inc = data.incidents().query("kind == 'deadline_fired_while_parked'").iloc[0]
+        data.incident = inc.incident_id
+        html_out = detail.story().object
+        waited = data.waiting_at(inc.to_dict())
+        assert waited.at_ns == int(inc.end_ns) - 1  # just before it ended
+        assert "Waiting on, at" in html_out
+        assert html.escape(waited.answer) in html_out
+        for g in waited.groups[:IncidentDetail.WHY_GROUPS]:
+            assert html.escape(g.doing) in html_out
 
     def test_text_tables_render_cells_as_text(self, data):
         table = Fleet(data)._transitions
