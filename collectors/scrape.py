@@ -118,9 +118,11 @@ class GarbageError(ValueError):
     """An engine's answer that is not Prometheus text."""
 
 
-def points(text: str, *, target: EngineTarget, ts_ns: int) -> RowBatch:
-    """The ``metrics`` rows of one scrape (see the module docstring). Raises ``GarbageError``
-    when ``text`` is not Prometheus text; then none of it is kept."""
+def points(text: str, *, target: EngineTarget, ts_ns: int, run_id: str | None = None
+           ) -> RowBatch:
+    """The ``metrics`` rows of one scrape (see the module docstring), in ``run_id`` (None: the
+    writer's default run). Raises ``GarbageError`` when ``text`` is not Prometheus text; then
+    none of it is kept."""
     # imported on the first scrape: a collector that scrapes nothing never loads the package
     # (about 70 ms, most of it its process and platform collectors)
     from prometheus_client.parser import text_string_to_metric_families
@@ -130,7 +132,7 @@ def points(text: str, *, target: EngineTarget, ts_ns: int) -> RowBatch:
     except Exception as exc:  # noqa: BLE001 - the parser raises what its input makes it raise
         raise GarbageError(f"not Prometheus text: {exc}"[:300]) from None
     batch = RowBatch()
-    common = {"service": target.authority, "resource": target.resource}
+    common = {"run_id": run_id, "service": target.authority, "resource": target.resource}
     for family in families:
         if family.name.endswith("_created"):  # a series' creation time, not a reading
             continue

@@ -83,3 +83,35 @@ def saturated(k: int) -> Step:
     """Finishes requests that spent most of their time queued, its queue growing, and preempts."""
     return Step(running=8, waiting=1 + k, kv_cache_usage=0.98, preempted=1,
                 finished=((8.0, 10.0),) * 2)
+
+
+# -- a run written by hand: three engines behind three healthy shards ---------------------------
+FAST_THRESHOLDS = {"engine_wedged_s": 2.0, "engine_backlog_s": 2.0,
+                   "engine_saturation_window_s": 1.0, "engine_saturated_queue_share": 0.5}
+ENGINES = {"healthy": ("10.0.0.7", healthy), "wedged": ("10.0.0.8", wedged),
+           "saturated": ("10.0.0.9", saturated)}
+READS = 12  # every 0.5 s from 10 s on
+
+
+def write_engine_run(kit, run_id: str, *, t0_ns: int, s: int = 10**9) -> None:
+    """Into ``kit``'s store (tests/store/conftest.py's ``SpanKit``, writing ``run_id``): shard i
+    healthy from 0 s to 100 s, served by engine i of ``ENGINES`` at http://HOST:8000/v1, and
+    ``READS`` scrapes of each engine's /metrics, through the scraper's own ``points``."""
+    from rolloutscope.collectors.scrape import engine_target, points
+    from rolloutscope.store import RowBatch
+    from rolloutscope.vocabulary import Attr, SpanName
+
+    store = kit.inst.store
+    store.register_run(run_id, config=FAST_THRESHOLDS)
+    for idx, (host, _) in enumerate(ENGINES.values()):
+        kit.span(SpanName.SHARD_STATE, 0, 100, {
+            Attr.SHARD_IDX: idx, Attr.FLEET_STATE: "healthy",
+            Attr.BACKEND_URL: f"http://{host}:8000/v1"})
+    kit.flush()
+    batch = RowBatch()
+    for host, steps in ENGINES.values():
+        model, target = EngineModel(steps), engine_target(f"http://{host}:8000/metrics")
+        for k in range(READS):
+            batch.extend(points(model.step().decode(), target=target, run_id=run_id,
+                                ts_ns=t0_ns + 10 * s + k * s // 2))
+    store.writer().write(batch, timeout=120)  # one commit

@@ -3,7 +3,8 @@
 -- stands still) for at least engine_wedged_s, whatever the fleet's probes say of it. Read from
 -- engine_state; one incident per stretch, from the last scrape at which something had finished
 -- (or nothing was held) to the last scrape that still found it stuck. end_ns is NULL while the
--- engine's latest scrape is still stuck.
+-- engine's latest scrape is still stuck. Evidence: the stays of the shard(s) it serves
+-- (shard_engines) in that stretch, which the summary names with their states.
 CREATE OR REPLACE VIEW engine_wedged AS
 WITH flagged AS (
     SELECT *,
@@ -19,7 +20,7 @@ islands AS (
     FROM flagged
 ),
 stretches AS (
-    SELECT run_id, engine, url, model_name, stretch,
+    SELECT run_id, engine, address, url, model_name, stretch,
            min(ts_ns) AS start_ns,
            max(ts_ns) FILTER (WHERE stuck) AS last_ns,
            any_value(latest_ns) AS latest_ns,
@@ -27,7 +28,18 @@ stretches AS (
            max(running) FILTER (WHERE stuck) AS running,
            max(waiting) FILTER (WHERE stuck) AS waiting
     FROM islands
-    GROUP BY run_id, engine, url, model_name, stretch
+    GROUP BY run_id, engine, address, url, model_name, stretch
+),
+-- what fleet health said of the shard(s) served by this engine meanwhile (shard_engines)
+fleet AS (
+    SELECT s.run_id, s.engine, s.url, s.model_name, s.stretch,
+           list(h.span_id ORDER BY h.start_ns)[1:5] AS evidence,
+           string_agg(DISTINCT 'shard ' || h.shard_idx || ' ' || h.state, ', ') AS states
+    FROM stretches s
+    JOIN shard_engines h
+        ON h.run_id = s.run_id AND h.address = lower(s.address)
+       AND h.start_ns <= s.last_ns AND coalesce(h.end_ns, s.last_ns) >= s.start_ns
+    GROUP BY s.run_id, s.engine, s.url, s.model_name, s.stretch
 )
 SELECT
     s.run_id,
@@ -42,10 +54,13 @@ SELECT
            'for {:.0f} s from {:.1f} s ({} scrape(s) of {}){}.',
            'E' || s.engine[2:], coalesce(s.model_name, 'no model name'), s.running, s.waiting,
            (s.last_ns - s.start_ns) / 1e9, (s.start_ns - t.origin_ns) / 1e9, s.scrapes, s.url,
-           CASE WHEN s.last_ns < s.latest_ns THEN '' ELSE '; it still finishes none' END)
-        AS summary,
-    CAST([] AS VARCHAR[]) AS evidence,
+           CASE WHEN s.last_ns < s.latest_ns THEN '' ELSE '; it still finishes none' END
+           || coalesce('; fleet health meanwhile: ' || f.states, '')) AS summary,
+    coalesce(f.evidence, CAST([] AS VARCHAR[])) AS evidence,
     CAST(NULL AS VARCHAR) AS caused_by
 FROM stretches s
 JOIN run_thresholds t ON t.run_id = s.run_id
+LEFT JOIN fleet f
+    ON f.run_id = s.run_id AND f.engine = s.engine AND f.url = s.url
+   AND f.model_name IS NOT DISTINCT FROM s.model_name AND f.stretch = s.stretch
 WHERE s.scrapes > 0 AND s.last_ns - s.start_ns >= t.engine_wedged_s * 1e9

@@ -5,7 +5,8 @@
 -- vllm:request_queue_time_seconds' sum over the rise of vllm:e2e_request_latency_seconds' sum);
 -- one incident per stretch of such scrapes, from the first one's window start to the last one.
 -- A window over a restart (a count that went down) is not judged. end_ns is NULL while the
--- engine's latest scrape is still saturated.
+-- engine's latest scrape is still saturated. Evidence: the stays of the shard(s) it serves
+-- (shard_engines) in that stretch, which the summary names with their states.
 CREATE OR REPLACE VIEW engine_saturated AS
 WITH scrapes AS (
     SELECT e.*, t.engine_saturated_queue_share AS share_at_least,
@@ -14,7 +15,8 @@ WITH scrapes AS (
     JOIN run_thresholds t ON t.run_id = e.run_id
 ),
 windowed AS (
-    SELECT e.run_id, e.engine, e.url, e.model_name, e.ts_ns, b.ts_ns AS window_start_ns,
+    SELECT e.run_id, e.engine, e.address, e.url, e.model_name, e.ts_ns,
+           b.ts_ns AS window_start_ns,
            e.finished - b.finished AS finished,
            e.queue_s - b.queue_s AS queue_s,
            e.e2e_s - b.e2e_s AS e2e_s,
@@ -38,14 +40,25 @@ islands AS (
     FROM flagged
 ),
 stretches AS (
-    SELECT run_id, engine, url, model_name, stretch,
+    SELECT run_id, engine, address, url, model_name, stretch,
            min(window_start_ns) AS start_ns, max(ts_ns) AS last_ns,
            any_value(latest_ns) AS latest_ns, count(*) AS scrapes,
            max(queue_s / e2e_s) AS peak_share, min(queue_s / e2e_s) AS low_share,
            arg_max(finished, queue_s / e2e_s) AS finished
     FROM islands
     WHERE saturated
-    GROUP BY run_id, engine, url, model_name, stretch
+    GROUP BY run_id, engine, address, url, model_name, stretch
+),
+-- what fleet health said of the shard(s) served by this engine meanwhile (shard_engines)
+fleet AS (
+    SELECT s.run_id, s.engine, s.url, s.model_name, s.stretch,
+           list(h.span_id ORDER BY h.start_ns)[1:5] AS evidence,
+           string_agg(DISTINCT 'shard ' || h.shard_idx || ' ' || h.state, ', ') AS states
+    FROM stretches s
+    JOIN shard_engines h
+        ON h.run_id = s.run_id AND h.address = lower(s.address)
+       AND h.start_ns <= s.last_ns AND coalesce(h.end_ns, s.last_ns) >= s.start_ns
+    GROUP BY s.run_id, s.engine, s.url, s.model_name, s.stretch
 )
 SELECT
     s.run_id,
@@ -61,8 +74,12 @@ SELECT
            'window).',
            'E' || s.engine[2:], coalesce(s.model_name, 'no model name'), 100 * s.low_share,
            100 * s.peak_share, t.engine_saturation_window_s, (s.start_ns - t.origin_ns) / 1e9,
-           (s.last_ns - t.origin_ns) / 1e9, s.finished) AS summary,
-    CAST([] AS VARCHAR[]) AS evidence,
+           (s.last_ns - t.origin_ns) / 1e9, s.finished)
+        || coalesce(' Fleet health meanwhile: ' || f.states || '.', '') AS summary,
+    coalesce(f.evidence, CAST([] AS VARCHAR[])) AS evidence,
     CAST(NULL AS VARCHAR) AS caused_by
 FROM stretches s
 JOIN run_thresholds t ON t.run_id = s.run_id
+LEFT JOIN fleet f
+    ON f.run_id = s.run_id AND f.engine = s.engine AND f.url = s.url
+   AND f.model_name IS NOT DISTINCT FROM s.model_name AND f.stretch = s.stretch

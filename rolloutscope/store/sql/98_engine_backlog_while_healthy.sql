@@ -1,11 +1,11 @@
 -- engine_backlog_while_healthy (P18 in docs/domain/incidents.md): fleet health calls a shard
--- healthy while its engine's own queue grows. A shard_states row names its engine by
--- backend_url (nemo.rl.gen.backend.url); engine_state names it by the address scraped
--- (host:port). The two join on that address: backend_url's host:port (the scheme's port where it
--- names none), lower-cased, equals engine_state.address. A growing stretch is a run of scrapes at
+-- healthy while its engine's own queue grows. A shard and its engine join on the engine's
+-- address (shard_engines.address = engine_state.address: the host:port of the shard's
+-- backend_url and of the URL scraped). A growing stretch is a run of scrapes at
 -- which vllm:num_requests_waiting is above zero and no lower than at the scrape before, from the
--- scrape before the first of them; it counts when waiting rose over it and it overlapped a stay
--- of the shard in state healthy by at least engine_backlog_s. One incident per stretch (the
+-- scrape before the first of them to the last at which waiting rose (a queue that jumped once
+-- and then stood still is not growing); it counts when it overlapped a stay of the shard in
+-- state healthy by at least engine_backlog_s. One incident per stretch (the
 -- longest overlap when several shards name the engine); evidence is the shard's healthy stay.
 CREATE OR REPLACE VIEW engine_backlog_while_healthy AS
 WITH stepped AS (
@@ -24,23 +24,16 @@ islands AS (
 stretches AS (
     SELECT run_id, engine, address, url, model_name, stretch,
            min(ts_ns) AS start_ns,
-           max(ts_ns) FILTER (WHERE growing) AS end_ns,
+           max(ts_ns) FILTER (WHERE waiting > prev_waiting) AS end_ns,
            arg_min(waiting, ts_ns) AS waiting_from,
            max(waiting) AS waiting_to,
            count(*) FILTER (WHERE growing) AS scrapes
     FROM islands
     GROUP BY run_id, engine, address, url, model_name, stretch
-    HAVING count(*) FILTER (WHERE growing) > 0
+    HAVING count(*) FILTER (WHERE waiting > prev_waiting) > 0
 ),
 shards AS (
-    SELECT run_id, shard_idx, start_ns, end_ns, span_id, backend_url,
-           lower(CASE WHEN contains(authority, ':') AND NOT authority LIKE '%]' THEN authority
-                      WHEN backend_url ILIKE 'https:%' THEN authority || ':443'
-                      ELSE authority || ':80' END) AS address
-    FROM (SELECT *, regexp_extract(backend_url, '^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]+)', 1)
-                        AS authority
-          FROM shard_states
-          WHERE state = 'healthy' AND backend_url IS NOT NULL)
+    SELECT * FROM shard_engines WHERE state = 'healthy'
 ),
 overlapping AS (
     SELECT g.*, s.shard_idx, s.span_id, s.backend_url,
