@@ -182,6 +182,14 @@ def _labels(labels: dict[str, str]) -> str | None:
     return orjson.dumps(dict(sorted(labels.items()))).decode() if labels else None
 
 
+def next_backoff(config: ScrapeConfig, backoff_s: float, *, ok: bool) -> float:
+    """The wait before the next read after a failed one (0 after one that worked): the
+    interval after a first failure, then twice the last wait, up to ``max_backoff_s``."""
+    if ok:
+        return 0.0
+    return min(config.max_backoff_s, max(config.interval_s, backoff_s * 2))
+
+
 @dataclass
 class EngineStats:
     """What happened to one engine's reads (``stats()``; serve's ``/metrics`` route)."""
@@ -241,17 +249,10 @@ class EngineScraper:
         return {e.target.url: dict(vars(e.stats)) for e in self._engines}
 
     def _loop(self, engine: _Engine) -> None:
-        cfg = self.config
         while not self._stop.is_set():
             ok = self.scrape_once(engine)
-            st = engine.stats
-            if ok:
-                st.backoff_s = 0.0
-                wait = cfg.interval_s
-            else:
-                st.backoff_s = min(cfg.max_backoff_s, max(cfg.interval_s, st.backoff_s * 2))
-                wait = st.backoff_s
-            self._stop.wait(wait)
+            engine.stats.backoff_s = next_backoff(self.config, engine.stats.backoff_s, ok=ok)
+            self._stop.wait(engine.stats.backoff_s or self.config.interval_s)
 
     def scrape_once(self, engine: _Engine) -> bool:
         """One read of one engine; True when it answered with Prometheus text."""

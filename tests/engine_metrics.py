@@ -1,4 +1,5 @@
-"""A generation engine's Prometheus ``/metrics`` as vLLM writes it: the recorded names
+"""A generation engine's Prometheus ``/metrics`` as vLLM writes it, and an HTTP server on
+127.0.0.1 that serves it (``Engine``): the recorded names
 (``rolloutscope.dialects.vllm_metrics``) declared with the real ``prometheus_client`` (the
 package vLLM's ``PrometheusStatLogger`` uses) and rendered by its ``generate_latest``.
 
@@ -7,8 +8,10 @@ depends on how many reads it made, never on how fast the machine is."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -65,6 +68,34 @@ class EngineModel:
             m[VllmMetric.REQUEST_INFERENCE_TIME_SECONDS].observe(e2e - queued)
             m[VllmMetric.TIME_TO_FIRST_TOKEN_SECONDS].observe(queued + 0.05)
         return generate_latest(self.registry)
+
+
+class _Page(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        body = self.server.page()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+class Engine:
+    """An HTTP server on 127.0.0.1 whose ``/metrics`` is ``page()``, one step per read."""
+
+    def __init__(self, page) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _Page)
+        self.server.page = page
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}/metrics"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def healthy(k: int) -> Step:

@@ -15,48 +15,19 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from rolloutscope.store import RunStore
 from rolloutscope.vocabulary import Attr, SpanName
-from tests.engine_metrics import EngineModel, healthy, saturated, wedged
+from tests.engine_metrics import Engine, EngineModel, healthy, saturated, wedged
 
 from .conftest import Collector, start_collector
 
 DEADLINE_S = 180.0
 THRESHOLDS = {"engine_wedged_s": 1.0, "engine_backlog_s": 1.0,
               "engine_saturation_window_s": 1.0, "engine_saturated_queue_share": 0.5}
-
-
-class _Page(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        body = self.server.page()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args) -> None:
-        pass
-
-
-class Engine:
-    """An HTTP server on 127.0.0.1 whose ``/metrics`` is ``page()``, one step per read."""
-
-    def __init__(self, page) -> None:
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _Page)
-        self.server.page = page
-        self.port = self.server.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}/metrics"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 class Silent:
