@@ -252,7 +252,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "thread; repeat for every engine")
     p.add_argument("--scrape-interval-s", type=float, default=None, metavar="S",
                    help=f"seconds between reads of each engine (default {DEFAULT_INTERVAL_S:g}); "
-                        f"a failing engine is retried at twice the last wait, up to 60 s")
+                        f"a failing engine is retried at twice the last wait, up to "
+                        f"{ScrapeConfig.max_backoff_s:g} s")
     from rolloutscope.cli.serve_ray import add_ray_options
 
     add_ray_options(p)

@@ -56,7 +56,7 @@ def serve_on_ray(config: CollectorConfig, *, address: str | None, upkeep: dict |
                if f.name not in ("db_path", "scrape")}
     stop = threading.Event()
     # the lake is made (or checked) once here, not raced by every actor at once; the driver
-    # keeps it open only for upkeep
+    # keeps it open only for upkeep and the engines' reads
     store = RunStore(lake)
     maintenance = scraper = None
     try:
