@@ -296,6 +296,11 @@ class CollectorService:
         stack.callback(self._query.close)
         stack.callback(self.commit_self_metrics)  # the final counts, once the servers stopped
         if cfg.scrape is not None:
+            # the engines' points go to the default run: its row (run_thresholds reads it) is
+            # made now, not left to the first span, so a store of engines alone has incidents
+            run = self.store.default_run_id
+            if run and not self.store.query("SELECT 1 FROM runs WHERE run_id = ?", [run]):
+                self.store.register_run(run)
             # its own threads, submitting without waiting; stopped before the writer drains
             self.scraper = EngineScraper(cfg.scrape, submit=self._writer.submit).start()
             stack.callback(self.scraper.stop)

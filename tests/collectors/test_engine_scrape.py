@@ -230,3 +230,24 @@ class TestServeScrapesEngines:
         out = collected["output"]
         assert f"scrape {urls['refused']} failed" in out
         assert f"scrape {urls['garbage']}: the answer was not Prometheus text" in out
+
+
+def test_a_store_of_engines_alone_has_its_run_and_thresholds(tmp_path):
+    """No span ever arrives: the run the points belong to still has its row, time range and
+    thresholds, so the engine incidents can fire."""
+    model = EngineModel(wedged)
+    engine = Engine(model.step)
+    db = tmp_path / "engines.duckdb"
+    c = start_collector(db, "--scrape", engine.url, "--scrape-interval-s", "0.2")
+    try:
+        _wait_for("three reads", lambda: c.count("metrics WHERE name LIKE 'vllm:%'") >= 24,
+                  time.monotonic() + DEADLINE_S)
+        assert c.stop() == 0
+    finally:
+        c.stop()
+        engine.close()
+    with RunStore(db, read_only=True) as store:
+        t = store.query_df("SELECT * FROM run_thresholds")
+        first = store.query("SELECT min(ts_ns) FROM metrics WHERE name LIKE 'vllm:%'")[0][0]
+        assert list(t.run_id) == [store.default_run_id]
+    assert t.start_ns.iloc[0] <= first and t.engine_wedged_s.iloc[0] == 120.0
