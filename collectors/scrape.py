@@ -250,7 +250,14 @@ class EngineScraper:
 
     def _loop(self, engine: _Engine) -> None:
         while not self._stop.is_set():
-            ok = self.scrape_once(engine)
+            try:
+                ok = self.scrape_once(engine)
+            except Exception as exc:  # noqa: BLE001 - a bug here must not end this engine's reads
+                engine.stats.failures += 1
+                engine.stats.last_error = f"{type(exc).__name__}: {exc}"[:300]
+                self._log.warning(f"{engine.target.url} bug", "scrape %s: %s", engine.target.url,
+                                  engine.stats.last_error)
+                ok = False
             engine.stats.backoff_s = next_backoff(self.config, engine.stats.backoff_s, ok=ok)
             self._stop.wait(engine.stats.backoff_s or self.config.interval_s)
 

@@ -133,6 +133,32 @@ class TestOneRead:
         assert st["points"] == 2 * submitted[0].rows
 
 
+    def test_an_unexpected_error_is_counted_and_the_engine_read_again(self):
+        import threading
+
+        page = EngineModel(saturated).step()
+        calls, again = [], threading.Event()
+
+        def fetch(url, timeout_s):
+            calls.append(url)
+            if len(calls) >= 3:
+                again.set()
+            return page
+
+        def submit(batch):
+            raise RuntimeError("a bug in the writer")
+
+        scraper = EngineScraper(ScrapeConfig(targets=(TARGET,), interval_s=0.01,
+                                             max_backoff_s=0.01), submit=submit, fetch=fetch)
+        scraper.start()
+        try:
+            assert again.wait(60), "the engine was not read again"
+        finally:
+            scraper.stop()
+        st = scraper.stats()[TARGET.url]
+        assert st["failures"] >= 2 and "a bug in the writer" in st["last_error"]
+
+
 class TestServeFlags:
     @pytest.mark.parametrize("flags, message", [
         (["--scrape", "ftp://h/metrics"], "must start with http:// or https://"),
