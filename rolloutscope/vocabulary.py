@@ -660,3 +660,6 @@ class IncidentKind(StrEnum):
     STALE_WEIGHTS_SERVING = "stale_weights_serving"  # P13
     ENV_UNHEALTHY = "env_unhealthy"  # P14
     CUT_DEGRADED = "cut_degraded"  # P15
+    ENGINE_WEDGED = "engine_wedged"  # P16, from engines' own /metrics
+    ENGINE_SATURATED = "engine_saturated"  # P17
+    ENGINE_BACKLOG_WHILE_HEALTHY = "engine_backlog_while_healthy"  # P18
