@@ -2,11 +2,11 @@
 had enough, where its wall time went, RL's own goodput buckets, the policy-version lag of what it
 trained on, and the groups it waited for last, with why.
 
-The rows are the ``step_ledger`` and ``step_stragglers`` views (``sql/98_*.sql``): every number is
-aggregated per step in SQL, so a reader holds one row per step and a few per straggler, never the
-run's tries or spans (a run can be 10^8 spans). This module only reads them for one run and
-counts their times in seconds from the run's origin (``run_reads.origin_ns``), as every other
-reader does.
+The rows are the ``step_ledger`` and ``step_stragglers`` views (``sql/98_step_ledger.sql``,
+``sql/99_step_stragglers.sql``): every number is aggregated per step in SQL, so a reader holds
+one row per step and a few per straggler, never the run's tries or spans (a run can be 10^8
+spans). This module only reads them for one run and counts their times in seconds from the
+run's origin (``run_reads.origin_ns``), as every other reader does.
 """
 
 from __future__ import annotations
