@@ -28,6 +28,8 @@ BUCKETS = (("productive_s", "productive"), ("overhead_s", "overhead"), ("idle_s"
 def _cell(v) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
+    if isinstance(v, float) and abs(v) < 0.005:  # rounding, not a time: no "-0.00"
+        v = 0.0
     if isinstance(v, float) and not float(v).is_integer():
         return f"{v:,.2f}" if abs(v) < 10 else f"{v:,.1f}"
     return f"{int(v):,}"

@@ -13,12 +13,13 @@
 --   straggler_s   the wait after bulk_ns, less snapshot and weight-sync time in it
 --   parked_s      the wait spent with rollout admission closed by a snapshot
 --                 (checkpoint_windows: every running rollout parked)
---   refit_s       weight syncs (rl.weight_sync) in the step; rl_telemetry: the refit bubble
---   train_s       ready_ns to end_ns less weight syncs in it (rl_telemetry: rewards, logprobs,
---                 advantages, data processing and policy update)
+--   refit_s       the wait spent in a weight sync (rl.weight_sync: its fence holds new
+--                 rollouts back) and not in a snapshot; rl_telemetry: the refit bubble
+--   train_s       ready_ns to end_ns (rl_telemetry: rewards, logprobs, advantages, data
+--                 processing and policy update); a weight sync while the trainer trains costs
+--                 the step nothing
 --   checkpoint_s  rl_telemetry: saving the model checkpoint
---   other_s       what is left: time no span of the step accounts for
--- A snapshot that overlaps a weight sync counts in both; other_s is then below zero by that much.
+--   other_s       what is left: time no span of the step accounts for (0 on the 'rl' dialect)
 -- generation_bubble_s is the time in the step when no rollout was generating: no try
 -- (rollout_attempts) running and no rollout batch (rl.<algorithm>.collect_rollouts /
 -- .generation) or single-controller dispatch (rl.sc.generate_and_push) open; NULL for a run
@@ -61,22 +62,33 @@ syncs AS (
     SELECT run_id, start_ns, coalesce(end_ns, 9223372036854775807) AS end_ns
     FROM all_spans WHERE name = 'rl.weight_sync'
 ),
-crossings AS (  -- seconds of snapshots and syncs in each part of each 'rl' step
+collisions AS (  -- where a snapshot and a weight sync overlap: counted as parked, not refit
+    SELECT n.run_id, greatest(n.start_ns, y.start_ns) AS start_ns,
+           least(n.end_ns, y.end_ns) AS end_ns
+    FROM snapshots n
+    JOIN syncs y ON y.run_id = n.run_id AND y.start_ns < n.end_ns AND y.end_ns > n.start_ns
+),
+crossings AS (  -- seconds of snapshots, syncs and both in the two parts of each 'rl' wait
     SELECT w.run_id, w.span_id,
            sum(greatest(0, least(x.end_ns, w.bulk_ns) - greatest(x.start_ns, w.wait_start_ns)))
                FILTER (WHERE x.what = 'snapshot') / 1e9 AS snapshot_before_bulk_s,
            sum(greatest(0, least(x.end_ns, w.ready_ns) - greatest(x.start_ns, w.bulk_ns)))
                FILTER (WHERE x.what = 'snapshot') / 1e9 AS snapshot_after_bulk_s,
            sum(greatest(0, least(x.end_ns, w.bulk_ns) - greatest(x.start_ns, w.wait_start_ns)))
-               FILTER (WHERE x.what = 'sync') / 1e9 AS sync_before_bulk_s,
+               FILTER (WHERE x.what = 'sync') / 1e9
+           - coalesce(sum(greatest(0, least(x.end_ns, w.bulk_ns)
+                                      - greatest(x.start_ns, w.wait_start_ns)))
+                          FILTER (WHERE x.what = 'both') / 1e9, 0) AS sync_before_bulk_s,
            sum(greatest(0, least(x.end_ns, w.ready_ns) - greatest(x.start_ns, w.bulk_ns)))
-               FILTER (WHERE x.what = 'sync') / 1e9 AS sync_after_bulk_s,
-           sum(greatest(0, least(x.end_ns, w.end_ns) - greatest(x.start_ns, w.ready_ns)))
-               FILTER (WHERE x.what = 'sync') / 1e9 AS sync_in_training_s
+               FILTER (WHERE x.what = 'sync') / 1e9
+           - coalesce(sum(greatest(0, least(x.end_ns, w.ready_ns)
+                                      - greatest(x.start_ns, w.bulk_ns)))
+                          FILTER (WHERE x.what = 'both') / 1e9, 0) AS sync_after_bulk_s
     FROM windows w
     JOIN (SELECT *, 'snapshot' AS what FROM snapshots UNION ALL
-          SELECT *, 'sync' AS what FROM syncs) x
-        ON x.run_id = w.run_id AND x.start_ns < w.end_ns AND x.end_ns > w.wait_start_ns
+          SELECT *, 'sync' AS what FROM syncs UNION ALL
+          SELECT *, 'both' AS what FROM collisions) x
+        ON x.run_id = w.run_id AND x.start_ns < w.ready_ns AND x.end_ns > w.wait_start_ns
     WHERE w.dialect = 'rl'
     GROUP BY w.run_id, w.span_id
 ),
@@ -130,10 +142,9 @@ split AS (
                 END AS parked_s,
            CASE WHEN s.dialect = 'rl'
                 THEN coalesce(o.sync_before_bulk_s, 0) + coalesce(o.sync_after_bulk_s, 0)
-                     + coalesce(o.sync_in_training_s, 0)
                 ELSE coalesce(s.refit_s, 0) END AS split_refit_s,
            CASE WHEN s.dialect = 'rl'
-                THEN (s.end_ns - s.ready_ns) / 1e9 - coalesce(o.sync_in_training_s, 0)
+                THEN (s.end_ns - s.ready_ns) / 1e9
                 ELSE coalesce(s.rewards_s, 0) + coalesce(s.logprobs_s, 0)
                      + coalesce(s.advantages_s, 0) + coalesce(s.data_processing_s, 0)
                      + coalesce(s.policy_update_s, 0) END AS train_s,
