@@ -7,8 +7,8 @@
 --   tries, failed_tries, failure_reasons  rollout_attempts: a try after the first is a
 --                                         re-dispatch; the failed tries' failure_reason
 --   timeouts                              deadlines of the group that fired
---   parked_s, snapshots                   parked_intervals of its rows (by prompt_idx, else by
---                                         rollout id), and the snapshots that parked them
+--   parked_s, snapshots                   parked_intervals of its rows, and the snapshots that
+--                                         parked them
 --   completed_unacked                     completions of its rows never acknowledged
 --   model_calls, model_errors             model_calls of its rows (Gym rollout ids
 --                                         <rollout_id>-<row>), and those that failed
@@ -73,60 +73,66 @@ timeouts AS (
     WHERE d.outcome = 'fired'
     GROUP BY d.run_id, d.rollout_id
 ),
+-- Each source's rows by group: a Gym rollout id is <group>-<row>, so a row is looked up under
+-- its own id and under that id less its last '-<n>' (unnest: an equality join, where a prefix
+-- test would compare every straggler with every row)
 parked AS (
     SELECT g.run_id, g.rollout_id, sum(p.duration_s) AS parked_s,
            string_agg(DISTINCT p.checkpoint_id, ', ' ORDER BY p.checkpoint_id) AS snapshots
-    FROM stragglers g
-    JOIN parked_intervals p ON p.run_id = g.run_id
-        AND (p.prompt_idx = g.prompt_idx
-             OR (g.prompt_idx IS NULL AND (p.rollout_id = g.rollout_id
-                                           OR starts_with(p.rollout_id, g.rollout_id || '-'))))
+    FROM (SELECT *, unnest([rollout_id, regexp_extract(rollout_id, '^(.+)-[0-9]+$', 1)])
+                        AS group_key
+          FROM parked_intervals) p
+    JOIN stragglers g ON g.run_id = p.run_id AND g.rollout_id = p.group_key
     GROUP BY g.run_id, g.rollout_id
 ),
 unacked AS (
     SELECT g.run_id, g.rollout_id, count(*) AS completed_unacked
-    FROM stragglers g
-    JOIN completions c ON c.run_id = g.run_id AND c.ack_ns IS NULL
-        AND (c.prompt_idx = g.prompt_idx OR starts_with(c.rollout_id, g.rollout_id || '-'))
+    FROM (SELECT *, unnest([rollout_id, regexp_extract(rollout_id, '^(.+)-[0-9]+$', 1)])
+                        AS group_key
+          FROM completions WHERE ack_ns IS NULL) c
+    JOIN stragglers g ON g.run_id = c.run_id AND g.rollout_id = c.group_key
     GROUP BY g.run_id, g.rollout_id
 ),
 calls AS (
     SELECT g.run_id, g.rollout_id, count(*) AS model_calls,
            count(*) FILTER (WHERE m.outcome = 'error') AS model_errors
-    FROM stragglers g
-    JOIN model_calls m ON m.run_id = g.run_id
-        AND (m.rollout_id = g.rollout_id OR starts_with(m.rollout_id, g.rollout_id || '-'))
+    FROM (SELECT run_id, outcome,
+                 unnest([rollout_id, regexp_extract(rollout_id, '^(.+)-[0-9]+$', 1)])
+                     AS group_key
+          FROM model_calls) m
+    JOIN stragglers g ON g.run_id = m.run_id AND g.rollout_id = m.group_key
     GROUP BY g.run_id, g.rollout_id
 ),
 retries AS (
     SELECT g.run_id, g.rollout_id, count(*) AS retries,
-           string_agg(DISTINCT e.attributes->>'http.response.status_code', ', ')
-               AS retry_statuses
-    FROM stragglers g
-    JOIN span_events e ON e.run_id = g.run_id AND e.name = 'gym.model.retry'
-        AND (e.rollout_id = g.rollout_id OR starts_with(e.rollout_id, g.rollout_id || '-'))
+           string_agg(DISTINCT e.status, ', ') AS retry_statuses
+    FROM (SELECT run_id, attributes->>'http.response.status_code' AS status,
+                 unnest([rollout_id, regexp_extract(rollout_id, '^(.+)-[0-9]+$', 1)])
+                     AS group_key
+          FROM span_events WHERE name = 'gym.model.retry') e
+    JOIN stragglers g ON g.run_id = e.run_id AND g.rollout_id = e.group_key
     GROUP BY g.run_id, g.rollout_id
 ),
-router_errors AS (
-    SELECT run_id, shard_idx, attributes->>'nemo.gym.model_call.id' AS model_call_id
-    FROM all_spans
-    WHERE name = 'rl.router.request' AND status_code = 'ERROR'
-),
-shards AS (
+shards AS (  -- a router request names its call (<gym rollout id>.<turn>...), not its rollout
     SELECT g.run_id, g.rollout_id,
            string_agg(DISTINCT CAST(r.shard_idx AS VARCHAR), ', ') AS failed_shards
-    FROM stragglers g
-    JOIN router_errors r ON r.run_id = g.run_id
-        AND starts_with(r.model_call_id, g.rollout_id || '-')
+    FROM (SELECT run_id, shard_idx,
+                 unnest([split_part(attributes->>'nemo.gym.model_call.id', '.', 1),
+                         regexp_extract(split_part(attributes->>'nemo.gym.model_call.id', '.', 1),
+                                        '^(.+)-[0-9]+$', 1)]) AS group_key
+          FROM all_spans WHERE name = 'rl.router.request' AND status_code = 'ERROR') r
+    JOIN stragglers g ON g.run_id = r.run_id AND g.rollout_id = r.group_key
     GROUP BY g.run_id, g.rollout_id
 ),
-named AS (
+named AS (  -- an incident's subject starts with the rollout it names ('p00002-0 try 0')
     SELECT g.run_id, g.rollout_id,
            string_agg(DISTINCT i.kind, ', ' ORDER BY i.kind) AS incidents
-    FROM stragglers g
-    JOIN incidents i ON i.run_id = g.run_id
-        AND (i.subject = g.rollout_id OR starts_with(i.subject, g.rollout_id || '-')
-             OR starts_with(i.subject, g.rollout_id || ' '))
+    FROM (SELECT run_id, kind,
+                 unnest([split_part(subject, ' ', 1),
+                         regexp_extract(split_part(subject, ' ', 1), '^(.+)-[0-9]+$', 1)])
+                     AS group_key
+          FROM incidents) i
+    JOIN stragglers g ON g.run_id = i.run_id AND g.rollout_id = i.group_key
     GROUP BY g.run_id, g.rollout_id
 ),
 described AS (
