@@ -11,6 +11,8 @@ run's origin (``run_reads.origin_ns``), as every other reader does.
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
 from rolloutscope.store.run_reads import origin_ns, require_run
@@ -59,7 +61,31 @@ def straggler_table(store: RunStore, run_id: str, *, step: int | None = None) ->
         sql += " AND step = ?"
         params.append(step)
     rows = store.query_df(sql + " ORDER BY step, rank", params)
+    rows["incidents"] = _incidents_naming(store, run_id, rows.rollout_id)
+    named = rows.incidents.notna()
+    rows.loc[named, "why"] = [
+        ("" if why.startswith("no hold-up") else why + "; ") + f"incidents: {kinds}"
+        for why, kinds in zip(rows.why[named], rows.incidents[named])]
     return _seconds(rows, origin_ns(store, run_id))[STRAGGLER_COLUMNS].reset_index(drop=True)
+
+
+_ROW = re.compile(r"^(.+)-[0-9]+$")
+
+
+def _incidents_naming(store: RunStore, run_id: str, groups: pd.Series) -> list[str | None]:
+    """For each group, the kinds of the run's incidents whose subject names it or one of its
+    rows (``p00002-0 try 0`` names p00002-0 and p00002), read from the incidents as the store
+    keeps them (``RunStore.view``: the maintained rows where it has them)."""
+    if not len(groups):
+        return []
+    kinds: dict[str, set[str]] = {}
+    for subject, kind in store.view("incidents", run_id=run_id)[["subject", "kind"]].itertuples(
+            index=False):
+        first = str(subject).split(" ", 1)[0]
+        row = _ROW.match(first)
+        for key in {first, row.group(1) if row else first}:
+            kinds.setdefault(key, set()).add(str(kind))
+    return [", ".join(sorted(kinds[g])) if g in kinds else None for g in groups.astype(str)]
 
 
 def ledger_report(store: RunStore, run_id: str) -> dict:

@@ -10,7 +10,7 @@
 --   parked_s, snapshots                   parked_intervals of its rows, and the snapshots that
 --                                         parked them
 --   completed_unacked                     completions of its rows never acknowledged
---   model_calls, model_errors             model_calls of its rows (Gym rollout ids
+--   model_calls, model_errors             the Gym model-call spans of its rows (Gym rollout ids
 --                                         <rollout_id>-<row>), and those that failed
 --   retries, retry_statuses               gym.model.retry events on its rows' model calls
 --   failed_shards                         generation shards whose router answered its calls
@@ -18,10 +18,11 @@
 --                                         nemo.gym.model_call.id)
 --   duration_s, step_median_s             the committed try's duration, and the median of
 --                                         the step's groups (a slow group: far above it)
---   incidents                             the incidents whose subject names the group
 -- why says it in words, the likeliest first: re-dispatched, timed out, parked by a
 -- snapshot, retried model calls, failing shards, slow, still running; a group with none of
--- these was a try of usual length that started late.
+-- these was a try of usual length that started late. (rolloutscope.store.ledger adds the
+-- incidents whose subject names the group, from the run's incidents as the store keeps them:
+-- the incidents union read here would cost more than every other part of the view.)
 CREATE OR REPLACE VIEW step_stragglers AS
 WITH steps AS (
     SELECT l.run_id, l.step, l.span_id, l.ready_ns, l.stragglers,
@@ -93,13 +94,17 @@ unacked AS (
     JOIN stragglers g ON g.run_id = c.run_id AND g.rollout_id = c.group_key
     GROUP BY g.run_id, g.rollout_id
 ),
-calls AS (
+calls AS (  -- the Gym model-call spans of its rows (model_calls' own rows, without the HTTP
+            -- tries the view joins to them)
     SELECT g.run_id, g.rollout_id, count(*) AS model_calls,
-           count(*) FILTER (WHERE m.outcome = 'error') AS model_errors
-    FROM (SELECT run_id, outcome,
+           count(*) FILTER (WHERE m.status_code = 'ERROR'
+                            OR TRY_CAST(m.status AS INTEGER) >= 400) AS model_errors
+    FROM (SELECT run_id, status_code, attributes->>'http.response.status_code' AS status,
                  unnest([rollout_id, regexp_extract(rollout_id, '^(.+)-[0-9]+$', 1)])
                      AS group_key
-          FROM model_calls) m
+          FROM all_spans
+          WHERE name IN ('gym.model.responses', 'gym.model.chat_completions',
+                         'gym.model.messages')) m
     JOIN stragglers g ON g.run_id = m.run_id AND g.rollout_id = m.group_key
     GROUP BY g.run_id, g.rollout_id
 ),
@@ -124,17 +129,6 @@ shards AS (  -- a router request names its call (<gym rollout id>.<turn>...), no
     JOIN stragglers g ON g.run_id = r.run_id AND g.rollout_id = r.group_key
     GROUP BY g.run_id, g.rollout_id
 ),
-named AS (  -- an incident's subject starts with the rollout it names ('p00002-0 try 0')
-    SELECT g.run_id, g.rollout_id,
-           string_agg(DISTINCT i.kind, ', ' ORDER BY i.kind) AS incidents
-    FROM (SELECT run_id, kind,
-                 unnest([split_part(subject, ' ', 1),
-                         regexp_extract(split_part(subject, ' ', 1), '^(.+)-[0-9]+$', 1)])
-                     AS group_key
-          FROM incidents) i
-    JOIN stragglers g ON g.run_id = i.run_id AND g.rollout_id = i.group_key
-    GROUP BY g.run_id, g.rollout_id
-),
 described AS (
     SELECT g.run_id, g.step, g.rank, g.rollout_id, g.prompt_idx, g.dialect, g.attempt,
            g.committed_ns, g.duration_s, g.step_median_s,
@@ -143,7 +137,7 @@ described AS (
            coalesce(p.parked_s, 0) AS parked_s, p.snapshots,
            coalesce(u.completed_unacked, 0) AS completed_unacked,
            coalesce(c.model_calls, 0) AS model_calls, coalesce(c.model_errors, 0) AS model_errors,
-           coalesce(r.retries, 0) AS retries, r.retry_statuses, s.failed_shards, n.incidents
+           coalesce(r.retries, 0) AS retries, r.retry_statuses, s.failed_shards
     FROM stragglers g
     LEFT JOIN tries t ON t.run_id = g.run_id AND t.rollout_id = g.rollout_id
     LEFT JOIN timeouts d ON d.run_id = g.run_id AND d.rollout_id = g.rollout_id
@@ -152,7 +146,6 @@ described AS (
     LEFT JOIN calls c ON c.run_id = g.run_id AND c.rollout_id = g.rollout_id
     LEFT JOIN retries r ON r.run_id = g.run_id AND r.rollout_id = g.rollout_id
     LEFT JOIN shards s ON s.run_id = g.run_id AND s.rollout_id = g.rollout_id
-    LEFT JOIN named n ON n.run_id = g.run_id AND n.rollout_id = g.rollout_id
 )
 SELECT *,
     coalesce(nullif(concat_ws('; ',
@@ -169,7 +162,6 @@ SELECT *,
         CASE WHEN step_median_s > 0 AND duration_s > 1.5 * step_median_s
              THEN 'slow: ' || round(duration_s, 1) || ' s against a median of '
                   || round(step_median_s, 1) || ' s' END,
-        CASE WHEN committed_ns IS NULL THEN 'still running at the end of the run' END,
-        CASE WHEN incidents IS NOT NULL THEN 'incidents: ' || incidents END
+        CASE WHEN committed_ns IS NULL THEN 'still running at the end of the run' END
     ), ''), 'no hold-up recorded: a try of usual length that started late') AS why
 FROM described
