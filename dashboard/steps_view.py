@@ -43,8 +43,9 @@ def split_plot(ledger: pd.DataFrame) -> hv.Bars:
     d = pd.DataFrame(rows, columns=["step", "part", "seconds"])
     color = (hv.dim("part").categorize({LABELS[c]: COLORS[c] for c in SPLIT})
              if len(d) else style.OK)
+    # Bokeh cannot stack no bars: a run without a step draws an empty, unstacked plot
     return hv.Bars(d, ["step", "part"], "seconds").opts(
-        stacked=True, color=color, show_legend=False, responsive=True, height=280,
+        stacked=bool(len(d)), color=color, show_legend=False, responsive=True, height=280,
         tools=["hover"], show_grid=True, xlabel="train step", ylabel="seconds",
         fontsize={"xticks": "9pt", "yticks": "9pt"})
 
