@@ -169,19 +169,19 @@ telemetry_batches AS (
     LEFT JOIN batches bt ON bt.run_id = t.run_id AND bt.target_version = t.weight_version
 ),
 own AS (  -- rolloutscope's rl.train_step, for runs without an rl_telemetry step
-    SELECT run_id, trace_id, span_id, start_ns, end_ns,
-           coalesce(TRY_CAST(attributes->>'nemo.rl.train.step' AS BIGINT),
-                    row_number() OVER (PARTITION BY run_id ORDER BY end_ns)) AS step
-    FROM all_spans
-    WHERE name = 'rl.train_step' AND end_ns IS NOT NULL
-      AND run_id NOT IN (SELECT run_id FROM rl_steps)
+    SELECT s.run_id, s.trace_id, s.span_id, s.start_ns, s.end_ns,
+           coalesce(TRY_CAST(s.attributes->>'nemo.rl.train.step' AS BIGINT),
+                    row_number() OVER (PARTITION BY s.run_id ORDER BY s.end_ns)) AS step
+    FROM all_spans s
+    ANTI JOIN (SELECT DISTINCT run_id FROM rl_steps) r ON r.run_id = s.run_id
+    WHERE s.name = 'rl.train_step' AND s.end_ns IS NOT NULL
 ),
 own_windows AS (
     SELECT o.*,
+           -- the first step waits from the run's origin (run_thresholds: as every reader
+           -- counts time), never from after its own training began
            coalesce(lag(o.end_ns) OVER (PARTITION BY o.run_id ORDER BY o.end_ns),
-                    th.origin_ns,
-                    (SELECT min(a.start_ns) FROM all_spans a WHERE a.run_id = o.run_id))
-               AS wait_start_ns,
+                    least(th.origin_ns, o.start_ns), o.start_ns) AS wait_start_ns,
            coalesce(lag(o.start_ns) OVER (PARTITION BY o.run_id ORDER BY o.end_ns), -1)
                AS previous_ready_ns
     FROM own o
