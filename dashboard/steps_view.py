@@ -5,7 +5,8 @@ for last, with why.
 
 It reads the per-step rows of the ``step_ledger`` and ``step_stragglers`` views only, never the
 run's spans or tries: a run of 10^8 spans is a few hundred rows here. Read when the run changes,
-and on a live tick only when the tries, the snapshots or the incidents changed.
+on a live tick only when the tries, the snapshots or the incidents changed, and when asked
+("Read the steps again": a live run whose steps are NeMo-RL's own spans changes none of those).
 """
 
 from __future__ import annotations
@@ -61,12 +62,18 @@ class Steps(View):
         self._table = text_table(self.ledger[SHOWN_LEDGER], pagination=None, page_size=None)
         self._late = text_table(self.stragglers[SHOWN_STRAGGLERS])
         self._note = pn.pane.HTML(stylesheets=[CSS], sizing_mode="stretch_width")
+        # a live run whose steps come from NeMo-RL's own spans changes none of the frames the
+        # tab follows (tries, snapshots, incidents): its new steps are read on asking
+        self._again = pn.widgets.Button(label="Read the steps again", width=200,
+                                        visible=data.live)
+        self._again.on_click(lambda *_: self._load(force=True))
         self.param.watch(self._load, "revision")
         self._load()
 
-    def _load(self, *_) -> None:
+    def _load(self, *_, force: bool = False) -> None:
         d = self.data
-        if not self._changed("steps", "rollout_attempts", "checkpoint_windows", "incidents"):
+        changed = self._changed("steps", "rollout_attempts", "checkpoint_windows", "incidents")
+        if not (changed or force):
             return
         if d.run_id is None:
             self._note.object = "<span class='rs-note'>No run in this store yet.</span>"
@@ -92,7 +99,8 @@ class Steps(View):
                 f"{total:,.1f} s: {html.escape(parts)}</span>")
 
     def __panel__(self):
-        return pn.Column(self._note, plot_title("Each step's wall time"),
+        return pn.Column(pn.Row(self._note, self._again, sizing_mode="stretch_width"),
+                         plot_title("Each step's wall time"),
                          key_pane(key_html(STEPS_KEY)), self._plot,
                          "**Per train step** (seconds; times from the run's start)", self._table,
                          "**The groups each step waited for last**, and why", self._late,
