@@ -140,22 +140,24 @@ def _start_watchdog(service: CollectorService, watch) -> None:
 
 async def _start_live_dashboard(service: CollectorService, config: CollectorConfig,
                                 endpoints: Endpoints, port: int) -> None:
-    # the live dashboard reads the store in this process: DuckDB admits no second process
-    # while the collector writes. It always binds loopback, and asks for the collector's token
-    # when it has one.
-    from rolloutscope.dashboard.app import start_dashboard
+    # the live dashboard runs in its own process and reads through this collector's query
+    # endpoint (``store/remote.py``): no page load, session or renderer can take
+    # this process's memory or its event loop from ingest. It binds loopback, and asks for the
+    # collector's token when it has one.
+    from rolloutscope.cli.dashboard_process import DashboardProcess
 
+    where = (f"OTLP/HTTP {endpoints.http} (/v1/traces, /v1/metrics, /v1/logs) and "
+             f"OTLP/gRPC {endpoints.grpc}")
+    dashboard = DashboardProcess(endpoints.http, port=port, token=config.token,
+                                 waiting_for=where)
     try:
-        where = (f"OTLP/HTTP {endpoints.http} (/v1/traces, /v1/metrics, /v1/logs) and "
-                 f"OTLP/gRPC {endpoints.grpc}")
-        dashboard = await asyncio.to_thread(start_dashboard, service.store, port=port,
-                                            live=True, waiting_for=where, token=config.token)
+        url = await asyncio.to_thread(dashboard.start)
     except OSError as exc:  # collecting matters more than the view of it
         print(f"rolloutscope serve: live dashboard not started: {exc}", file=sys.stderr,
               flush=True)
         return
     service.join(dashboard.stop)
-    print(f"{DASHBOARD_READY_PREFIX}{dashboard.url}", flush=True)
+    print(f"{DASHBOARD_READY_PREFIX}{url}", flush=True)
 
 
 async def _serve(config: CollectorConfig, *, dashboard_port: int | None,
