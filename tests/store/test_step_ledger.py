@@ -124,3 +124,25 @@ def test_the_command_prints_each_steps_last_groups_and_the_json_holds_them(runs,
     assert doc["pending"][0]["step"] == 16
     assert doc["pending"][0]["straggler_groups"][0]["rollout_id"] == "p00002"
     assert all(len(s["straggler_groups"]) == 1 for s in doc["steps"])
+
+
+def test_the_ledger_reads_the_same_through_a_collectors_query_endpoint(runs, tmp_path):
+    """serve's live dashboard reads its run through the collector (RemoteRunStore)."""
+    import shutil
+
+    from rolloutscope.store.ledger import ledger_report
+    from rolloutscope.store.remote import RemoteRunStore
+    from tests.collectors.conftest import start_collector
+
+    served = tmp_path / "served.duckdb"
+    shutil.copy(runs, served)
+    with RunStore(runs, read_only=True) as local:
+        want = ledger_report(local, "snapshot-outlasts-deadline")
+    collector = start_collector(served)
+    try:
+        with RemoteRunStore(collector.http) as remote:
+            got = ledger_report(remote, "snapshot-outlasts-deadline")
+    finally:
+        assert collector.stop() == 0
+    assert got == want
+    assert got["steps"][0]["straggler_groups"][0]["rollout_id"] == "p00000"
