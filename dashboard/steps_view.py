@@ -21,8 +21,13 @@ from rolloutscope.dashboard import style
 from rolloutscope.dashboard.datastore import DataStore
 from rolloutscope.dashboard.tabs import CSS, View, key_pane, plot_title, text_table
 from rolloutscope.dashboard.timeline_plot import key_html
-from rolloutscope.store.ledger import LEDGER_COLUMNS, SPLIT, STRAGGLER_COLUMNS, ledger_table, \
-    straggler_table
+from rolloutscope.store.ledger import (
+    LEDGER_COLUMNS,
+    SPLIT,
+    STRAGGLER_COLUMNS,
+    ledger_table,
+    straggler_table,
+)
 
 LABELS = {"generating_s": "generating", "straggler_s": "waiting for stragglers",
           "parked_s": "parked by snapshots", "refit_s": "refit / weight sync",
