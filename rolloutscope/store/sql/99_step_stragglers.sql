@@ -24,18 +24,21 @@
 -- incidents whose subject names the group, from the run's incidents as the store keeps them:
 -- the incidents union read here would cost more than every other part of the view.)
 CREATE OR REPLACE VIEW step_stragglers AS
+-- (the steps and their groups as step_ledger counts them, read from train_steps: the ledger's
+-- other parts, the generation bubble above all, are not needed here)
 WITH steps AS (
-    SELECT l.run_id, l.step, l.span_id, l.ready_ns, l.stragglers,
-           lag(l.ready_ns) OVER (PARTITION BY l.run_id ORDER BY l.start_ns, l.step)
+    SELECT t.run_id, t.step, t.span_id, t.ready_ns,
+           lag(t.ready_ns) OVER (PARTITION BY t.run_id ORDER BY t.start_ns, t.step)
                AS previous_ready_ns
-    FROM step_ledger l
+    FROM train_steps t
 ),
 committed AS (
     SELECT s.run_id, s.step, a.rollout_id, a.prompt_idx, a.dialect, a.attempt,
            a.end_ns AS committed_ns, a.duration_s,
            row_number() OVER (PARTITION BY s.run_id, s.span_id ORDER BY a.end_ns DESC,
                                                                      a.rollout_id DESC) AS rank,
-           s.stragglers,
+           greatest(1, CAST(ceil(count(*) OVER (PARTITION BY s.run_id, s.span_id) / 10.0)
+                            AS BIGINT)) AS stragglers,
            median(a.duration_s) OVER (PARTITION BY s.run_id, s.span_id) AS step_median_s
     FROM steps s
     JOIN rollout_attempts a ON a.run_id = s.run_id AND a.outcome IN ('committed', 'finished')
