@@ -32,8 +32,8 @@ import pyarrow as pa
 if TYPE_CHECKING:
     import pandas as pd
 
-from rolloutscope.store import views as _views
 from rolloutscope.store.errors import StoreError
+from rolloutscope.store.store import RunCatalog
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 ANSWER_GRACE_S = 5.0
@@ -160,7 +160,7 @@ class RemoteReadTimeout(StoreError):
     """A read through the collector did not finish within its time limit."""
 
 
-class RemoteRunStore:
+class RemoteRunStore(RunCatalog):
     """The run store behind the collector at ``url`` (its OTLP/HTTP base URL), read-only."""
 
     is_lake = False
@@ -203,14 +203,6 @@ class RemoteRunStore:
 
         return arrow_frame(self.query_arrow(sql, params))
 
-    def view(self, name: str, *, run_id: str | None = None) -> pd.DataFrame:
-        if name not in _views.names():
-            raise StoreError(f"unknown view {name!r}; known: {', '.join(sorted(_views.names()))}")
-        rel = self.relation(name)
-        if run_id is None:
-            return self.query_df(f"SELECT * FROM {rel}")
-        return self.query_df(f"SELECT * FROM {rel} WHERE run_id = ?", [run_id])
-
     @property
     def maintained(self) -> bool:
         """Whether the collector's store keeps maintained rows (``rs_read`` is there): a
@@ -219,23 +211,6 @@ class RemoteRunStore:
             self._maintained = bool(self.query(
                 "SELECT count(*) FROM duckdb_schemas() WHERE schema_name = 'rs_read'")[0][0])
         return self._maintained
-
-    def relation(self, name: str) -> str:
-        return f"rs_read.{name}" if name in _views.names() and self.maintained else name
-
-    def run_ids(self) -> list[str]:
-        return [r[0] for r in self.query(
-            "SELECT run_id FROM (SELECT run_id FROM runs UNION SELECT DISTINCT run_id FROM spans) "
-            "WHERE run_id IS NOT NULL ORDER BY run_id")]
-
-    @property
-    def default_run_id(self) -> str | None:
-        rows = self.query("SELECT value FROM store_meta WHERE key = 'default_run_id'")
-        return rows[0][0] if rows else None
-
-    def run_config(self, run_id: str) -> dict[str, Any]:
-        rows = self.query("SELECT config FROM runs WHERE run_id = ?", [run_id])
-        return json.loads(rows[0][0]) if rows and rows[0][0] else {}
 
     def close(self) -> None:
         con = getattr(self._local, "con", None)

@@ -64,7 +64,45 @@ def resolve_path(path: str | Path | _lake.LakeSpec) -> Path | _lake.LakeSpec:
     return p
 
 
-class RunStore:
+class RunCatalog:
+    """What every reader asks of a run store, over its ``query``, ``query_df`` and
+    ``maintained``: the same for a store opened in this process (``RunStore``) and one read
+    through a running collector (``remote.RemoteRunStore``)."""
+
+    def view(self, name: str, *, run_id: str | None = None) -> pd.DataFrame:
+        """A model or incident view as a DataFrame, optionally for one run: read from the
+        maintained rows where the store keeps them (``relation``)."""
+        if name not in _views.names():
+            raise StoreError(f"unknown view {name!r}; known: {', '.join(sorted(_views.names()))}")
+        rel = self.relation(name)  # name is from the allowlist
+        if run_id is None:
+            return self.query_df(f"SELECT * FROM {rel}")
+        return self.query_df(f"SELECT * FROM {rel} WHERE run_id = ?", [run_id])
+
+    def relation(self, name: str) -> str:
+        """What a reader selects from for view ``name``: its maintained form
+        (``rs_read.<name>``: the stored rows and those of spans not derived yet, equal to the
+        view) where the store keeps one, else the view itself."""
+        return f"rs_read.{name}" if name in _views.names() and self.maintained else name
+
+    def run_ids(self) -> list[str]:
+        return [r[0] for r in self.query(
+            "SELECT run_id FROM (SELECT run_id FROM runs UNION SELECT DISTINCT run_id FROM spans) "
+            "WHERE run_id IS NOT NULL ORDER BY run_id")]
+
+    @property
+    def default_run_id(self) -> str | None:
+        """The run rows that name none belong to (``rows.RUN_RULE``); None for a file written
+        before stores had one."""
+        rows = self.query("SELECT value FROM store_meta WHERE key = 'default_run_id'")
+        return rows[0][0] if rows else None
+
+    def run_config(self, run_id: str) -> dict[str, Any]:
+        rows = self.query("SELECT config FROM runs WHERE run_id = ?", [run_id])
+        return json.loads(rows[0][0]) if rows and rows[0][0] else {}
+
+
+class RunStore(RunCatalog):
     """A run store file or lake, opened for writing (creating it if needed) or read-only.
 
     A lake (``lake.py``) admits many writer processes and readers beside them; ``data_path``
@@ -342,16 +380,6 @@ class RunStore:
         with self.cursor() as cur:
             return cur.execute(sql, params or []).fetchall()
 
-    def view(self, name: str, *, run_id: str | None = None) -> pd.DataFrame:
-        """A model or incident view as a DataFrame, optionally for one run: read from the
-        maintained rows where the store keeps them (``relation``)."""
-        if name not in _views.names():
-            raise StoreError(f"unknown view {name!r}; known: {', '.join(sorted(_views.names()))}")
-        rel = self.relation(name)  # name is from the allowlist
-        if run_id is None:
-            return self.query_df(f"SELECT * FROM {rel}")
-        return self.query_df(f"SELECT * FROM {rel} WHERE run_id = ?", [run_id])
-
     @property
     def maintained(self) -> bool:
         """Whether this store keeps its model rows as spans arrive (``derived.py``): a file
@@ -367,28 +395,6 @@ class RunStore:
                              "kept): its views are computed from the spans as they are read; "
                              "opening it once for writing derives them", self.path)
         return self._maintained
-
-    def relation(self, name: str) -> str:
-        """What a reader selects from for view ``name``: its maintained form
-        (``rs_read.<name>``: the stored rows and those of spans not derived yet, equal to the
-        view) where the store keeps one, else the view itself."""
-        return f"rs_read.{name}" if name in _views.names() and self.maintained else name
-
-    def run_ids(self) -> list[str]:
-        return [r[0] for r in self.query(
-            "SELECT run_id FROM (SELECT run_id FROM runs UNION SELECT DISTINCT run_id FROM spans) "
-            "WHERE run_id IS NOT NULL ORDER BY run_id")]
-
-    @property
-    def default_run_id(self) -> str | None:
-        """The run rows that name none belong to (``rows.RUN_RULE``); None for a file written
-        before stores had one."""
-        rows = self.query("SELECT value FROM store_meta WHERE key = 'default_run_id'")
-        return rows[0][0] if rows else None
-
-    def run_config(self, run_id: str) -> dict[str, Any]:
-        rows = self.query("SELECT config FROM runs WHERE run_id = ?", [run_id])
-        return json.loads(rows[0][0]) if rows and rows[0][0] else {}
 
     # -- writing ---------------------------------------------------------------------------
     def register_run(
