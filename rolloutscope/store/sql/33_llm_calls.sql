@@ -19,7 +19,7 @@
 -- The attribute text is tested before the JSON is parsed: only a span that can carry the
 -- dialect's key is parsed.
 CREATE OR REPLACE VIEW llm_calls AS
-WITH spans AS (
+WITH call_spans AS (
     SELECT *,
            CASE WHEN (attributes->>'openinference.span.kind') = 'LLM' THEN 'openinference'
                 ELSE 'genai' END AS source
@@ -35,7 +35,7 @@ raised AS (  -- the exception event an OpenInference span records when its call 
     SELECT run_id, trace_id, span_id, any_value(attributes->>'exception.type') AS exception_type
     FROM span_events
     WHERE name = 'exception'
-      AND span_id IN (SELECT span_id FROM spans WHERE status_code = 'ERROR')
+      AND span_id IN (SELECT span_id FROM call_spans WHERE status_code = 'ERROR')
     GROUP BY run_id, trace_id, span_id
 ),
 read AS (
@@ -47,7 +47,7 @@ read AS (
            s.attributes->>'llm.token_count.prompt' AS in_oi,
            s.attributes->>'llm.token_count.completion' AS out_oi,
            r.exception_type
-    FROM spans s
+    FROM call_spans s
     LEFT JOIN raised r
         ON r.run_id = s.run_id AND r.trace_id = s.trace_id AND r.span_id = s.span_id
 )
