@@ -58,8 +58,9 @@ engine AS (
     UNION ALL
     SELECT e.*, h.parent_span_id AS call_span_id
     FROM engine_requests e
-    JOIN http_requests h
+    JOIN all_spans h  -- an HTTP try: a CLIENT span with a URL
         ON h.run_id = e.run_id AND h.trace_id = e.trace_id AND h.span_id = e.parent_span_id
+       AND h.kind = 'CLIENT' AND h.url IS NOT NULL
     WHERE (run IS NULL OR e.run_id = run) AND (floor_ns IS NULL OR e.start_ns >= floor_ns)
 ),
 engine_of AS (
@@ -103,18 +104,23 @@ calls AS (
         s.attributes->>'nemo.gym.model_request.id' AS request_id,
         s.is_open,
         s.parent_span_id,
-        coalesce(s.attributes->>'gen_ai.provider.name', s.attributes->>'gen_ai.system')
-            AS provider,
-        s.attributes->>'error.type' AS error_type,
+        coalesce(s.read[3], s.read[4]) AS provider,
+        s.read[5] AS error_type,
         nullif(concat_ws(', ',
-            CASE WHEN TRY_CAST(s.attributes->>'gen_ai.usage.input_tokens' AS BIGINT) IS NULL
+            CASE WHEN s.read[1] IS NOT NULL AND TRY_CAST(s.read[1] AS BIGINT) IS NULL
                  THEN 'gen_ai.usage.input_tokens='
                       || (s.attributes->'gen_ai.usage.input_tokens') END,
-            CASE WHEN TRY_CAST(s.attributes->>'gen_ai.usage.output_tokens' AS BIGINT) IS NULL
+            CASE WHEN s.read[2] IS NOT NULL AND TRY_CAST(s.read[2] AS BIGINT) IS NULL
                  THEN 'gen_ai.usage.output_tokens='
                       || (s.attributes->'gen_ai.usage.output_tokens') END), '')
             AS unread_attributes
-    FROM served s
+    FROM (SELECT *,
+                 -- one parse of the attributes for the columns Gym's spans rarely carry
+                 json_extract_string(attributes, ['gen_ai.usage.input_tokens',
+                                                  'gen_ai.usage.output_tokens',
+                                                  'gen_ai.provider.name', 'gen_ai.system',
+                                                  'error.type']) AS read
+          FROM served) s
     LEFT JOIN tries t
         ON t.run_id = s.run_id AND t.trace_id = s.trace_id AND t.parent_span_id = s.span_id
     UNION ALL

@@ -72,9 +72,10 @@ llm_failures AS (
     FROM llm_calls l
     WHERE backend IS NOT NULL
       AND coalesce(http_status >= 500, status_code = 'ERROR')
-      AND NOT EXISTS (SELECT 1 FROM http_requests h
-                      WHERE h.run_id = l.run_id AND h.trace_id = l.trace_id
-                        AND h.parent_span_id = l.span_id)
+      -- no HTTP try under it: a CLIENT span with a URL
+      AND NOT EXISTS (SELECT 1 FROM all_spans h
+                      WHERE h.kind = 'CLIENT' AND h.url IS NOT NULL AND h.run_id = l.run_id
+                        AND h.trace_id = l.trace_id AND h.parent_span_id = l.span_id)
     GROUP BY run_id, backend
 ),
 llm_probed AS (

@@ -50,9 +50,10 @@ llm_storms AS (
            max(coalesce(end_ns, start_ns)) AS last_ns, mode(http_status) AS status
     FROM llm_calls l
     WHERE http_status IN (429, 502, 503, 504, 520) AND parent_span_id IS NOT NULL
-      AND NOT EXISTS (SELECT 1 FROM http_requests h
-                      WHERE h.run_id = l.run_id AND h.trace_id = l.trace_id
-                        AND h.parent_span_id = l.span_id)
+      -- no HTTP try under it: a CLIENT span with a URL
+      AND NOT EXISTS (SELECT 1 FROM all_spans h
+                      WHERE h.kind = 'CLIENT' AND h.url IS NOT NULL AND h.run_id = l.run_id
+                        AND h.trace_id = l.trace_id AND h.parent_span_id = l.span_id)
     GROUP BY run_id, trace_id, parent_span_id, backend, model
     HAVING count(*) >= 4
 )
