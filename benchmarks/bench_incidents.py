@@ -34,7 +34,7 @@ from pathlib import Path
 
 import duckdb
 
-from rolloutscope.cli.runs import INCIDENT_KINDS
+from rolloutscope.cli.info_incidents import INCIDENT_KINDS
 from rolloutscope.store import RunStore, views
 
 from synthetic import generate  # noqa: E402 - benchmarks/ is the script's own folder

@@ -16,7 +16,7 @@ import time
 
 from rolloutscope.store import RunStore
 from rolloutscope.replay import scenarios
-from rolloutscope.replay.runner import replay_into_store
+from rolloutscope.replay.run_scenario import replay_into_store
 
 TARGET_SPEEDUP = 1000.0
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from rolloutscope.replay import scenarios
 from rolloutscope.replay.plugins import ENGINE_SLOT, PluginKind, participant_factories
-from rolloutscope.replay.runner import replay_into_store
+from rolloutscope.replay.run_scenario import replay_into_store
 from rolloutscope.store import RunStore
 
 TARGET_SPEEDUP = 100.0

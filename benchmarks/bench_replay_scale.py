@@ -32,7 +32,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from rolloutscope.collectors import exporter as exporter_module
 from rolloutscope.replay import scenarios
-from rolloutscope.replay.runner import ReplayResult, replay, replay_into_store
+from rolloutscope.replay.run_scenario import ReplayResult, replay, replay_into_store
 from rolloutscope.replay.scenario import Scenario
 from rolloutscope.store import RunStore
 

@@ -31,7 +31,7 @@ GRID = ["rollout_timeout_s=120,150,180,210,240", "snapshot_duration_s=30,60,90,1
 
 
 def _warm() -> bool:
-    import rolloutscope.replay.runner  # noqa: F401  the import a task pays on a fresh worker
+    import rolloutscope.replay.run_scenario  # noqa: F401  the import a task pays on a fresh worker
 
     return True
 

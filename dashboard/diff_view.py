@@ -20,7 +20,7 @@ import param
 from rolloutscope.dashboard import style
 from rolloutscope.dashboard.datastore import DataStore
 from rolloutscope.dashboard.timeline_plot import key_html
-from rolloutscope.dashboard.views import CSS, View, key_pane, plot_title, text_table
+from rolloutscope.dashboard.tabs import CSS, View, key_pane, plot_title, text_table
 from rolloutscope.store import RunStore
 from rolloutscope.store.steps import COUNTS, diff_totals, step_diff, step_table
 

@@ -1,6 +1,6 @@
 """Before/after timelines of a capture and its replay: pure frames -> Bokeh figures.
 
-Rule: the input is what ``rolloutscope.store.runs`` returns (``timeline_frames``: rows of
+Rule: the input is what ``rolloutscope.store.run_reads`` returns (``timeline_frames``: rows of
 run, lane, kind, label, start_s, end_s, outcome on one simulated-time axis; ``incident_frame``:
 incidents with their matching key), nothing here reads a store. Both sides are drawn on the same
 lanes in the same order, so a rollout sits on the same row before and after and the eye compares
@@ -17,7 +17,7 @@ from bokeh.plotting import figure
 from rolloutscope.dashboard import style
 from rolloutscope.dashboard import time_figures as tf
 from rolloutscope.dashboard.timeline_plot import short_label
-from rolloutscope.store import runs
+from rolloutscope.store import run_reads
 
 HALF = 0.38
 MAX_ROLLOUT_LANES = 30
@@ -161,9 +161,10 @@ def span_of(before: pd.DataFrame, after: pd.DataFrame) -> tuple[float, float]:
 
 
 def incident_verdicts(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
-    """The store's verdict table (``runs.incident_verdicts`` over ``runs.incident_frame`` rows
-    of each side) as the Replay tab shows it: one summary, the side the incident was seen on."""
-    v = runs.incident_verdicts(before, after)
+    """The store's verdict table (``run_reads.incident_verdicts`` over the
+    ``run_reads.incident_frame`` rows of each side) as the Replay tab shows it: one summary, the
+    side the incident was seen on."""
+    v = run_reads.incident_verdicts(before, after)
     return pd.DataFrame({
         "status": v.status, "kind": v.kind, "subject": v.key_subject,
         "before (s)": v.start_s_a, "after (s)": v.start_s_b,

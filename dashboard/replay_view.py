@@ -4,8 +4,8 @@
 The after run is another run of the same store file (``rolloutscope replay RUN.duckdb --out
 RUN.duckdb``, or ``replay_into_store`` with another run id), picked from the file's runs, or a
 run of another store handed to the constructor. A replay names its capture in
-``runs.parent_run_id``; that run is the default pick. Rows come from
-``rolloutscope.store.runs`` (``timeline_frames``, ``incident_frame``, ``outcome_counts``),
+``run_reads.parent_run_id``; that run is the default pick. Rows come from
+``rolloutscope.store.run_reads`` (``timeline_frames``, ``incident_frame``, ``outcome_counts``),
 re-read only when the pair of runs or the before run's incidents changed.
 """
 
@@ -17,10 +17,10 @@ import pandas as pd
 import panel as pn
 import param
 
-from rolloutscope.store import RunStore, runs
+from rolloutscope.store import RunStore, run_reads
 from rolloutscope.dashboard import replay_plot as rp
 from rolloutscope.dashboard.datastore import DataStore
-from rolloutscope.dashboard.views import (
+from rolloutscope.dashboard.tabs import (
     CSS,
     TimeView,
     incident_selector,
@@ -46,7 +46,7 @@ class Replay(TimeView):
         super().__init__(data, **params)
         self.after_store = after_store or data.store
         self._pick_runs(after_run)
-        self._before = self._after = pd.DataFrame(columns=runs.TIMELINE_COLUMNS)
+        self._before = self._after = pd.DataFrame(columns=run_reads.TIMELINE_COLUMNS)
         self._before_incidents = pd.DataFrame(columns=["incident_id", "start_s", "key"])
         self._lanes: tuple[str, ...] = ("snapshots", "incidents")
         self._rollouts = 0
@@ -117,18 +117,18 @@ class Replay(TimeView):
                                  "replay RUN.duckdb --variant V --out RUN.duckdb</code>.</span>")
             return
         self._after_read = self._after_size()
-        self._before, self._after = runs.timeline_frames(d.store, d.run_id, self.after_store,
+        self._before, self._after = run_reads.timeline_frames(d.store, d.run_id, self.after_store,
                                                             self.after_run)
-        self._before_incidents = runs.incident_frame(d.store, d.run_id)
-        after_incidents = runs.incident_frame(self.after_store, self.after_run)
+        self._before_incidents = run_reads.incident_frame(d.store, d.run_id)
+        after_incidents = run_reads.incident_frame(self.after_store, self.after_run)
         self._lanes, self._rollouts = rp.replay_lanes(self._before, self._after)
         self._span = rp.span_of(self._before, self._after)
         verdicts = rp.incident_verdicts(self._before_incidents, after_incidents)
         for side in ("before (s)", "after (s)"):  # blank where the incident was not seen
             verdicts[side] = [("" if pd.isna(v) else f"{v:,.1f}") for v in verdicts[side]]
         self._verdicts.value = verdicts
-        a = runs.outcome_counts(d.store, d.run_id).as_dict()
-        b = runs.outcome_counts(self.after_store, self.after_run).as_dict()
+        a = run_reads.outcome_counts(d.store, d.run_id).as_dict()
+        b = run_reads.outcome_counts(self.after_store, self.after_run).as_dict()
         self._outcomes.value = pd.DataFrame({"outcome": list(a), "before": list(a.values()),
                                              "after": [b[k] for k in a]})
         shown = min(self._rollouts, rp.MAX_ROLLOUT_LANES)

@@ -19,7 +19,7 @@ from rolloutscope.dashboard import plots, style
 from rolloutscope.dashboard import time_figures as tf
 from rolloutscope.dashboard import timeline_plot as tl
 from rolloutscope.dashboard.datastore import VIEWS, DataStore
-from rolloutscope.dashboard.views import (
+from rolloutscope.dashboard.tabs import (
     CSS,
     TimeView,
     empty_note,

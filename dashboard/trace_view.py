@@ -15,7 +15,7 @@ import panel as pn
 
 from rolloutscope.dashboard import trace_plot as tp
 from rolloutscope.dashboard.datastore import DataStore
-from rolloutscope.dashboard.views import CSS, View, _utc, text_table, waiting_text
+from rolloutscope.dashboard.tabs import CSS, View, _utc, text_table, waiting_text
 
 
 class Traces(View):
@@ -96,7 +96,7 @@ class Traces(View):
         d = self.data
         att = d.frames["rollout_attempts"]
         if len(att) and "trace_id" in att:
-            from rolloutscope.dashboard.views import newest_critical
+            from rolloutscope.dashboard.tabs import newest_critical
 
             incident = d.incident or newest_critical(d)
             named = d.incident_rollouts(incident) if incident else set()

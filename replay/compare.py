@@ -1,7 +1,7 @@
 """Two runs side by side: incidents, outcome counts, per-rollout changes, aligned timelines.
 
 The per-run reads (incidents with their matching keys, outcome counts, timelines, one time
-zero) are the store's (``rolloutscope.store.runs``); this module puts two runs together and
+zero) are the store's (``rolloutscope.store.run_reads``); this module puts two runs together and
 renders the result. The renderers turn a ``RunComparison`` into Markdown or HTML text and touch
 no file; ``write_report`` is the one function that writes. Every data string in the HTML report
 is escaped, because incident summaries and subjects carry ids that came from the observed
@@ -22,7 +22,7 @@ import pandas as pd
 
 from rolloutscope.replay.errors import ReplayError
 from rolloutscope.store import RunStore
-from rolloutscope.store.runs import (  # noqa: F401 - re-exported for the report's readers
+from rolloutscope.store.run_reads import (  # noqa: F401 - re-exported for the report's readers
     IncidentKey,
     OutcomeCounts,
     TIMELINE_COLUMNS,

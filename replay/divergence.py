@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from rolloutscope.store.runs import IncidentKey
+from rolloutscope.store.run_reads import IncidentKey
 
 
 class DivergenceKind(StrEnum):

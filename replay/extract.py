@@ -49,7 +49,7 @@ from rolloutscope.vocabulary import (
 )
 from rolloutscope.replay import scenarios
 from rolloutscope.replay.extract_gym import gym_workload
-from rolloutscope.store.runs import origin_ns, require_run
+from rolloutscope.store.run_reads import origin_ns, require_run
 from rolloutscope.replay.errors import ReplayError, ScenarioError, UnknownScenarioError
 from rolloutscope.replay.scenario import (
     Config,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from rolloutscope.replay.replayer import ReplayRunResult, capture_from_store, iter_replays
+from rolloutscope.replay.replay_capture import ReplayRunResult, capture_from_store, iter_replays
 from rolloutscope.replay.variants import Variant
 from rolloutscope.store import RunStore
 

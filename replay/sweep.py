@@ -145,7 +145,7 @@ def run_point(scenario_doc: Mapping[str, Any], point: Mapping[str, Any], index: 
     """Replay one grid point into its own run file; one table row, failures as data."""
     from rolloutscope.store import RunStore
     from rolloutscope.replay import compare
-    from rolloutscope.replay.runner import replay_into_store
+    from rolloutscope.replay.run_scenario import replay_into_store
 
     row: dict[str, Any] = {"point": index, **point, "run_file": run_path, "error": None}
     started = time.perf_counter()

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from rolloutscope.replay.engine import Priority, Scheduler, Timer
+from rolloutscope.replay.event_engine import Priority, Scheduler, Timer
 from rolloutscope.replay.errors import ReplayError
 
 _wall = _real_time.perf_counter  # the watchdog's clock: never the virtual one

@@ -57,7 +57,7 @@ import time
 from rolloutscope.store import RunStore
 from rolloutscope.replay import compare, scenarios
 from rolloutscope.replay.backends.transformers_engine import TinyLlamaConfig, TransformersBackend
-from rolloutscope.replay.runner import replay_into_store, wall_clock_driver
+from rolloutscope.replay.run_scenario import replay_into_store, wall_clock_driver
 
 DEVICE = os.environ.get("DEVICE", "cuda")
 GPU_MODEL = TinyLlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816,

@@ -45,7 +45,7 @@ def _modules_after(*argv: str) -> set[str]:
 @pytest.mark.parametrize("argv", [("info", "{db}"), ("incidents", "{db}"),
                                   ("incidents", "{db}", "--json")])
 def test_info_and_incidents_load_no_dashboard_server_or_pandas(tmp_path, argv):
-    from rolloutscope.replay.runner import replay_into_store
+    from rolloutscope.replay.run_scenario import replay_into_store
     from rolloutscope.replay.scenarios import get
     from rolloutscope.store import RunStore
 
@@ -61,7 +61,7 @@ def test_info_and_incidents_load_no_dashboard_server_or_pandas(tmp_path, argv):
 
 def test_version_loads_no_store():
     loaded = _modules_after("--version")
-    assert "duckdb" not in loaded and "rolloutscope.cli.runs" not in loaded
+    assert "duckdb" not in loaded and "rolloutscope.cli.info_incidents" not in loaded
 
 
 def test_help_still_lists_every_command():

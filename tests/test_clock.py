@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rolloutscope.clock import Clock, DeadlineClock, LoopClock, ManualClock
-from rolloutscope.replay.engine import Scheduler
+from rolloutscope.replay.event_engine import Scheduler
 
 
 def test_timers_run_in_due_order_reading_their_due_time():

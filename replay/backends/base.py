@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from rolloutscope.replay.errors import ReplayError
 
 if TYPE_CHECKING:
-    from rolloutscope.replay.engine import Inbox, Scheduler
+    from rolloutscope.replay.event_engine import Inbox, Scheduler
     from rolloutscope.replay.scenario import Turn
 
 ENGINE_EXTRA = "rolloutscope[engine]"

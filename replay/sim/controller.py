@@ -16,7 +16,7 @@ from collections.abc import Callable
 from functools import partial
 
 from rolloutscope.vocabulary import DeadlineHolder, RolloutOutcome, StallAction
-from rolloutscope.replay.engine import Priority
+from rolloutscope.replay.event_engine import Priority
 from rolloutscope.replay.participants.agent import CompletionReceipt
 from rolloutscope.replay.participants.protocol import EpisodeId
 from rolloutscope.replay.participants.rollouts import (
@@ -39,7 +39,7 @@ from rolloutscope.replay.sim.ports import (
     Timeline,
 )
 from rolloutscope.replay.sim.rollout_state import PromptGroup, RLTry
-from rolloutscope.replay.sim.runs import RefusedRun, Run
+from rolloutscope.replay.sim.gym_run import RefusedRun, Run
 from rolloutscope.replay.sim.signals import PrepareWatch, RunEnd
 
 

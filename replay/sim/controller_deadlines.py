@@ -13,7 +13,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from rolloutscope.vocabulary import DeadlineHolder, DeadlineKind
-from rolloutscope.replay.engine import Priority
+from rolloutscope.replay.event_engine import Priority
 from rolloutscope.replay.participants.deadlines import HolderChange
 from rolloutscope.replay.participants.rollouts import Failure, rollout_timeout
 from rolloutscope.replay.sim.controller_recorder import ControllerRecorder

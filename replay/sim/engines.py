@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from rolloutscope.replay.engine import Timer
+from rolloutscope.replay.event_engine import Timer
 from rolloutscope.replay.participants.gym_client import ModelCallRetries
 from rolloutscope.replay.scenario import WedgeMode
-from rolloutscope.replay.sim.runs import Run
+from rolloutscope.replay.sim.gym_run import Run
 
 OK_STATUS = 200
 VLLM_ERROR_STATUS = 500  # a wedged engine core answering Gym directly

@@ -36,7 +36,7 @@ from rolloutscope.replay.sim.fleet_probes import ProbePump
 from rolloutscope.replay.sim.fleet_recorder import FleetRecorder
 from rolloutscope.replay.sim.fleet_stays import ShardStays
 from rolloutscope.replay.sim.ports import FleetHealthModel, RouterModel, Timeline
-from rolloutscope.replay.sim.runs import Run
+from rolloutscope.replay.sim.gym_run import Run
 from rolloutscope.replay.sim.signals import RunEnd
 
 

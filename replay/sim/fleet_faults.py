@@ -4,7 +4,7 @@ shard kills pinned to a state, wedged and slow engines, router restarts."""
 from __future__ import annotations
 
 from rolloutscope.replay.backends.base import GenerationSession
-from rolloutscope.replay.engine import Priority
+from rolloutscope.replay.event_engine import Priority
 from rolloutscope.replay.scenario import Faults, KillState, ShardKill, WedgeMode
 from rolloutscope.replay.sim.engines import FAST_FAILURE_S, Engine
 from rolloutscope.replay.sim.fleet_path import GenerationPath

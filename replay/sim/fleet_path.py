@@ -32,7 +32,7 @@ from rolloutscope.replay.sim.engines import (
 )
 from rolloutscope.replay.sim.fleet_recorder import FleetRecorder
 from rolloutscope.replay.sim.ports import RouterModel, Timeline
-from rolloutscope.replay.sim.runs import Run
+from rolloutscope.replay.sim.gym_run import Run
 
 
 class GenerationPath:

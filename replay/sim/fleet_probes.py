@@ -9,7 +9,7 @@ Before the probe-interval fix the rounds ride the watchdog's tick (the controlle
 from __future__ import annotations
 
 from rolloutscope.vocabulary import ShardTrigger
-from rolloutscope.replay.engine import Priority
+from rolloutscope.replay.event_engine import Priority
 from rolloutscope.replay.participants.fleet_health import GenerationFleetExhausted
 from rolloutscope.replay.sim.engines import ACTOR_DIED, Engine
 from rolloutscope.replay.sim.fleet_path import GenerationPath

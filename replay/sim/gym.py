@@ -17,7 +17,7 @@ from typing import Any
 
 from rolloutscope.vocabulary import ExecutionState
 from rolloutscope.replay.backends.base import GenerationSession
-from rolloutscope.replay.engine import Priority
+from rolloutscope.replay.event_engine import Priority
 from rolloutscope.replay.participants.agent import CompletionReceipt, ExecutionKey, RunRefused
 from rolloutscope.replay.participants.model import Admission, CallState
 from rolloutscope.replay.participants.protocol import EpisodeId
@@ -31,7 +31,7 @@ from rolloutscope.replay.sim.ports import (
     Timeline,
     ToolResources,
 )
-from rolloutscope.replay.sim.runs import Activity, RefusedRun, Run, RunOwner
+from rolloutscope.replay.sim.gym_run import Activity, RefusedRun, Run, RunOwner
 from rolloutscope.replay.sim.signals import PrepareWatch
 
 

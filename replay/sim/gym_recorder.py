@@ -11,7 +11,7 @@ from rolloutscope.vocabulary import Attr, EventName, ExecutionState, SpanName
 from rolloutscope.replay.participants.agent import CompletionReceipt
 from rolloutscope.replay.sim import services
 from rolloutscope.replay.sim.ports import Timeline
-from rolloutscope.replay.sim.runs import Run
+from rolloutscope.replay.sim.gym_run import Run
 from rolloutscope.replay.telemetry import Telemetry
 
 _SERVICE = services.AGENT

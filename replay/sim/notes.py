@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from rolloutscope.vocabulary import ParticipantKind
-from rolloutscope.replay.engine import Priority, Timer
+from rolloutscope.replay.event_engine import Priority, Timer
 from rolloutscope.replay.participants.environment import ResourcesParticipant
 from rolloutscope.replay.participants.model import ModelParticipant
 from rolloutscope.replay.participants.protocol import NoteKind, Participant

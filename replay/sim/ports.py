@@ -21,7 +21,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from rolloutscope.vocabulary import DeadlineHolder, DeadlineKind, ExecutionState
-from rolloutscope.replay.engine import Priority, Timer
+from rolloutscope.replay.event_engine import Priority, Timer
 from rolloutscope.replay.participants.agent import CompletionReceipt, ExecutionKey
 from rolloutscope.replay.participants.coordinator import FanOut, PrepareProgress
 from rolloutscope.replay.participants.deadlines import Deadline, HolderChange
@@ -29,7 +29,7 @@ from rolloutscope.replay.participants.model import Admission, CallState
 from rolloutscope.replay.participants.protocol import EpisodeId, Participant
 from rolloutscope.replay.scenario import Row
 from rolloutscope.replay.sim.engines import FleetCall, ModelCallAnswers
-from rolloutscope.replay.sim.runs import Run, RunOwner
+from rolloutscope.replay.sim.gym_run import Run, RunOwner
 
 
 # -- the engine ---------------------------------------------------------------------------------

@@ -7,12 +7,12 @@ from collections.abc import Callable
 from typing import Any
 
 from rolloutscope.vocabulary import Attr
-from rolloutscope.replay.engine import Timer
+from rolloutscope.replay.event_engine import Timer
 from rolloutscope.replay.participants.agent import CompletionReceipt
 from rolloutscope.replay.participants.deadlines import Deadline
 from rolloutscope.replay.participants.rollouts import Failure, PromptBudget, RowDispatch
 from rolloutscope.replay.scenario import Prompt
-from rolloutscope.replay.sim.runs import RefusedRun, Run
+from rolloutscope.replay.sim.gym_run import RefusedRun, Run
 
 RowDone = Callable[["RLTry", "Run | RefusedRun", "CompletionReceipt | None", "Failure | None"],
                    None]

@@ -9,7 +9,7 @@ and Gym hooks through ``ParticipantNotes``, whoever caused them.
 from __future__ import annotations
 
 from rolloutscope.vocabulary import SnapshotOutcome, SpanName
-from rolloutscope.replay.engine import Priority, Timer
+from rolloutscope.replay.event_engine import Priority, Timer
 from rolloutscope.replay.participants.coordinator import PrepareProgress
 from rolloutscope.replay.scenario import CheckpointConfig, Faults, SnapshotAttempt
 from rolloutscope.replay.sim.ports import (

@@ -17,7 +17,7 @@ from typing import Any
 from rolloutscope.clock import Clock
 from rolloutscope.vocabulary import ParticipantKind
 from rolloutscope.replay.backends.base import GenerationSession
-from rolloutscope.replay.engine import Priority, Scheduler
+from rolloutscope.replay.event_engine import Priority, Scheduler
 from rolloutscope.replay.participants.agent import AgentParticipant
 from rolloutscope.replay.participants.coordinator import CheckpointCoordinator
 from rolloutscope.replay.participants.deadlines import DeadlineRegistry

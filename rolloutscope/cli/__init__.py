@@ -18,7 +18,7 @@ from rolloutscope.errors import InputError
 
 # Modules that add subcommands, in help order.
 COMMAND_MODULES: tuple[str, ...] = (
-    "rolloutscope.cli.runs",
+    "rolloutscope.cli.info_incidents",
     "rolloutscope.cli.serve",
     "rolloutscope.cli.lake",
     "rolloutscope.cli.imports",
@@ -29,6 +29,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "rolloutscope.cli.doctor",
     "rolloutscope.cli.export",
     "rolloutscope.cli.diff",
+    "rolloutscope.cli.why",
 )
 
 
@@ -36,13 +37,14 @@ COMMAND_MODULES: tuple[str, ...] = (
 # imports) is loaded; `--help`, `--version` or an unknown word load them all. Held to the
 # modules' own register() by tests/test_cli_startup.py.
 COMMANDS: dict[str, str] = {
-    "info": "rolloutscope.cli.runs", "incidents": "rolloutscope.cli.runs",
+    "info": "rolloutscope.cli.info_incidents", "incidents": "rolloutscope.cli.info_incidents",
     "serve": "rolloutscope.cli.serve", "lake": "rolloutscope.cli.lake",
     "import": "rolloutscope.cli.imports", "follow": "rolloutscope.cli.imports",
     "dashboard": "rolloutscope.cli.dashboard", "scenario": "rolloutscope.cli.scenario",
     "replay": "rolloutscope.cli.replay", "sweep": "rolloutscope.cli.replay",
     "demo": "rolloutscope.cli.demo", "doctor": "rolloutscope.cli.doctor",
     "export": "rolloutscope.cli.export", "diff": "rolloutscope.cli.diff",
+    "why": "rolloutscope.cli.why",
 }
 
 

@@ -104,9 +104,9 @@ def run_demo(*, db: Path, scenario_name: str, speed: float, port: int, open_brow
     from rolloutscope.collectors.service import CollectorConfig
     from rolloutscope.vocabulary import RunSource
     from rolloutscope.dashboard.app import start_dashboard
-    from rolloutscope.replay.live import ReplayStopped, replay_live
+    from rolloutscope.replay.run_live import ReplayStopped, replay_live
     from rolloutscope.replay.scenarios import get
-    from rolloutscope.replay.runner import effective_variants
+    from rolloutscope.replay.run_scenario import effective_variants
     from rolloutscope.replay.variants import ordered
 
     scenario = get(scenario_name)

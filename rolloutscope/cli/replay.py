@@ -58,7 +58,7 @@ def _backend_factory(args: argparse.Namespace):
 def cmd_replay(args: argparse.Namespace) -> int:
     from rolloutscope.store import RunStore
     from rolloutscope.replay import compare
-    from rolloutscope.replay.replayer import capture_from_store, replay_run
+    from rolloutscope.replay.replay_capture import capture_from_store, replay_run
 
     src, out = args.run, args.out
     if str(src) == str(out) or (isinstance(src, Path) and isinstance(out, Path)
@@ -105,7 +105,7 @@ def _load_scenario(target: str, run_id: str | None):
     from rolloutscope.store import RunStore
     from rolloutscope.replay import scenarios
     from rolloutscope.replay.extract import extract_scenario
-    from rolloutscope.replay.replayer import capture_from_golden
+    from rolloutscope.replay.replay_capture import capture_from_golden
     from rolloutscope.replay.scenario import Scenario
 
     path = Path(target)

@@ -21,7 +21,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from rolloutscope.store import RunStore
     from rolloutscope.replay import scenarios
-    from rolloutscope.replay.runner import default_run_id, replay_into_store
+    from rolloutscope.replay.run_scenario import default_run_id, replay_into_store
     from rolloutscope.replay.variants import parse_variants
 
     try:

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from rolloutscope.store import RunStore
-from rolloutscope.store.runs import origin_ns, require_run
+from rolloutscope.store.run_reads import origin_ns, require_run
 from rolloutscope.vocabulary import SpanName
 
 US = 1_000  # ns per microsecond

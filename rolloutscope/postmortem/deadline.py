@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from rolloutscope.store import RunStore, runs
-from rolloutscope.postmortem.runs import (
+from rolloutscope.store import RunStore, run_reads
+from rolloutscope.postmortem.run_tables import (
     PostmortemError,
     RunRef,
     incident_table,
@@ -28,7 +28,7 @@ from rolloutscope.postmortem.runs import (
 )
 from rolloutscope.replay import compare
 from rolloutscope.replay.compare import RunComparison
-from rolloutscope.replay.replayer import ReplayRunResult, capture_from_store, replay_run
+from rolloutscope.replay.replay_capture import ReplayRunResult, capture_from_store, replay_run
 from rolloutscope.replay.variants import Variant
 
 KIND = "deadline_fired_while_parked"
@@ -153,7 +153,7 @@ def timeline_around(store: RunStore, incident: ParkedDeadline, *,
           else incident.fired_at_s) + pad_s
     origin = origin_ns(store, run_id)
     # only that stretch is read (the maintained rows where the store keeps them), not the run
-    df = runs.timeline(store, run_id, side=run_id,
+    df = run_reads.timeline(store, run_id, side=run_id,
                        window=(origin + int(lo * 1e9) - 1, origin + int(hi * 1e9) + 1))
     rollout = incident.rollout_id.split("-", 1)[0]
     lanes = df.lane.isin([rollout, incident.rollout_id, "snapshots", "incidents"])

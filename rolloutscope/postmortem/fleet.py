@@ -26,9 +26,9 @@ import holoviews as hv
 import pandas as pd
 
 from rolloutscope.store import RunStore
-from rolloutscope.postmortem.runs import PostmortemError, RunRef, origin_ns, seconds
-from rolloutscope.replay.replayer import capture_from_store
-from rolloutscope.replay.runner import replay_into_store
+from rolloutscope.postmortem.run_tables import PostmortemError, RunRef, origin_ns, seconds
+from rolloutscope.replay.replay_capture import capture_from_store
+from rolloutscope.replay.run_scenario import replay_into_store
 from rolloutscope.replay.scenario import Scenario
 from rolloutscope.replay.sweep import run_sweep
 from rolloutscope.replay.variants import Variant

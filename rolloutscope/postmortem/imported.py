@@ -18,7 +18,7 @@ import pandas as pd
 from rolloutscope.collectors.importers import files as importers
 from rolloutscope.errors import InputError
 from rolloutscope.store import RunStore
-from rolloutscope.postmortem.runs import (
+from rolloutscope.postmortem.run_tables import (
     PostmortemError,
     RunRef,
     origin_ns,

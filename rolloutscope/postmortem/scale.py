@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from rolloutscope.store import RunStore
-from rolloutscope.postmortem.runs import PostmortemError, RunRef, replay_scenario
+from rolloutscope.postmortem.run_tables import PostmortemError, RunRef, replay_scenario
 from rolloutscope.replay import scenarios
 from rolloutscope.replay.scenario import Scenario
 

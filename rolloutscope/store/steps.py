@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from rolloutscope.store.runs import origin_ns, require_run
+from rolloutscope.store.run_reads import origin_ns, require_run
 from rolloutscope.store.store import RunStore
 from rolloutscope.vocabulary import Attr, SpanName
 

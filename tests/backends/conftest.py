@@ -16,7 +16,7 @@ import pytest
 
 from rolloutscope.store import RunStore
 from rolloutscope.replay.backends import EngineExtraMissing
-from rolloutscope.replay.runner import replay_into_store
+from rolloutscope.replay.run_scenario import replay_into_store
 from rolloutscope.replay.scenarios import get
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from rolloutscope.replay.engine import Inbox, PacedDriver, Scheduler
+from rolloutscope.replay.event_engine import Inbox, PacedDriver, Scheduler
 
 
 class FakeWall:

@@ -14,7 +14,7 @@ from aiohttp import web
 from rolloutscope.store import RunStore
 from rolloutscope.replay.backends import BackendError
 from rolloutscope.replay.backends.openai import OpenAIBackend
-from rolloutscope.replay.runner import replay_into_store, wall_clock_driver
+from rolloutscope.replay.run_scenario import replay_into_store, wall_clock_driver
 from rolloutscope.replay.scenarios import get
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from rolloutscope.store import RunStore
 from rolloutscope.replay import compare
 from rolloutscope.replay.backends.openai import OpenAIBackend
-from rolloutscope.replay.replayer import capture_from_store, replay_run
+from rolloutscope.replay.replay_capture import capture_from_store, replay_run
 
 
 def test_a_replay_served_by_a_real_openai_compatible_server_reproduces_the_incident(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rolloutscope.collectors.exporter import instrument
-from rolloutscope.replay.runner import replay_into_store
+from rolloutscope.replay.run_scenario import replay_into_store
 from rolloutscope.replay.scenarios import get
 from rolloutscope.store import RowBatch, RunStore
 from rolloutscope.vocabulary import Attr, EventName, IncidentKind, SpanName

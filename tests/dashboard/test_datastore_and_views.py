@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+
 import time
 
 import panel as pn
@@ -15,7 +17,7 @@ from rolloutscope.dashboard.app import build_app, websocket_origins
 from rolloutscope.store.rows import RowBatch
 from rolloutscope.dashboard.datastore import INCIDENTS_EVERY, VIEWS, DataStore, ViewSpec
 from rolloutscope.dashboard.scene import FLEET_KINDS, GAUGE_KINDS
-from rolloutscope.dashboard.views import Fleet, IncidentDetail, Overview, Timeline
+from rolloutscope.dashboard.tabs import Fleet, IncidentDetail, Overview, Timeline
 from tests.store.conftest import SpanKit
 
 from .conftest import RUN, SCRIPT, serving_lines
@@ -226,6 +228,18 @@ class TestViews:
         html_out = detail.story().object
         assert "Shard 3 goes suspect -&gt; dead on reported_failure" in html_out
         assert SCRIPT not in html_out and "&lt;script&gt;" in html_out
+
+    def test_the_incident_detail_says_what_the_run_waited_on_while_it_lasted(self, data):
+        detail = IncidentDetail(data)
+        inc = data.incidents().query("kind == 'deadline_fired_while_parked'").iloc[0]
+        data.incident = inc.incident_id
+        html_out = detail.story().object
+        waited = data.waiting_at(inc.to_dict())
+        assert waited.at_ns == int(inc.end_ns) - 1  # just before it ended
+        assert "Waiting on, at" in html_out
+        assert html.escape(waited.answer) in html_out
+        for g in waited.groups[:IncidentDetail.WHY_GROUPS]:
+            assert html.escape(g.doing) in html_out
 
     def test_text_tables_render_cells_as_text(self, data):
         table = Fleet(data)._transitions

@@ -12,7 +12,7 @@ from rolloutscope.dashboard.deeplink import LinkState, parse_query, tab_index
 from rolloutscope.dashboard.diff_view import Diff
 from rolloutscope.dashboard.incident_view import IncidentDetail
 from rolloutscope.dashboard.time_views import Fleet, Timeline
-from rolloutscope.replay.runner import replay_into_store
+from rolloutscope.replay.run_scenario import replay_into_store
 from rolloutscope.replay.scenarios import get
 from rolloutscope.store import RunStore
 

@@ -17,7 +17,7 @@ from rolloutscope.dashboard import time_figures as tf
 from rolloutscope.dashboard.app import build_app
 from rolloutscope.dashboard.datastore import DataStore
 from rolloutscope.dashboard.replay_view import Replay
-from rolloutscope.replay.runner import replay_into_store
+from rolloutscope.replay.run_scenario import replay_into_store
 from rolloutscope.replay.scenarios import get
 
 CAPTURE, FIXED = "capture", "fixed"

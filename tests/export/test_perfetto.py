@@ -15,7 +15,7 @@ import pytest
 
 from rolloutscope.cli import main
 from rolloutscope.export.perfetto import PROCESSES, Window, WindowError, export_run
-from rolloutscope.replay.runner import replay_into_store
+from rolloutscope.replay.run_scenario import replay_into_store
 from rolloutscope.replay.scenarios import get
 from rolloutscope.store import RunStore
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rolloutscope.postmortem import imported, runs
+from rolloutscope.postmortem import imported, run_tables
 
 FIXTURES = Path(__file__).resolve().parents[1] / "importers" / "fixtures"
 CONTROLLER_LOG = FIXTURES / "controller.log"
@@ -40,8 +40,8 @@ def test_bad_records_are_quoted_with_file_and_line(imported_run):
 def test_the_imported_run_shows_the_quarantine_before_the_stall(imported_run):
     run, _ = imported_run
     with run.open() as store:
-        stall = runs.earliest_incident(store, run.run_id, "stall")
-        quarantine = runs.earliest_incident(store, run.run_id, "quarantine")
+        stall = run_tables.earliest_incident(store, run.run_id, "stall")
+        quarantine = run_tables.earliest_incident(store, run.run_id, "quarantine")
     assert quarantine["subject"] == "shard 1" and quarantine["start_s"] == 90.0
     assert stall["start_s"] == 120.0
     assert "12 groups committed, step 3/150" in stall["summary"]
@@ -50,7 +50,7 @@ def test_the_imported_run_shows_the_quarantine_before_the_stall(imported_run):
 def test_progress_freezes_at_twelve_groups_and_three_steps(imported_run):
     run, _ = imported_run
     with run.open() as store:
-        moved = runs.watchdog_changes(store, run.run_id, imported.STALL_METRICS,
+        moved = run_tables.watchdog_changes(store, run.run_id, imported.STALL_METRICS,
                                       watch=imported.PROGRESS_METRICS)
     assert list(moved.t_s) == [30.0, 60.0, 90.0, 120.0, 2400.0]
     last = moved.iloc[-1]
@@ -61,7 +61,7 @@ def test_progress_freezes_at_twelve_groups_and_three_steps(imported_run):
 def test_the_router_follows_the_fleet_one_sample_later(imported_run):
     run, _ = imported_run
     with run.open() as store:
-        moved = runs.watchdog_changes(store, run.run_id, imported.QUARANTINE_METRICS)
+        moved = run_tables.watchdog_changes(store, run.run_id, imported.QUARANTINE_METRICS)
     by_t = moved.set_index("t_s")
     assert by_t.loc[120.0, "gen_fleet/serving_shards"] == 1
     assert by_t.loc[120.0, "router/serving_backends"] == 2

@@ -103,10 +103,10 @@ def test_a_notebook_runs_top_to_bottom_and_its_final_assertions_hold(name, tmp_p
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", STORE_KINDS)
 def test_a_postmortem_notebook_reads_the_run_it_is_given_from_either_store_kind(kind, tmp_path):
-    from rolloutscope.postmortem import runs
+    from rolloutscope.postmortem import run_tables
 
     capture = store_target(kind, tmp_path, "capture")
-    run = runs.replay_scenario("snapshot-outlasts-deadline", capture)
+    run = run_tables.replay_scenario("snapshot-outlasts-deadline", capture)
     nb = execute(load("snapshot_vs_deadline_postmortem.ipynb"),
                  {"RUN": str(capture), "WORKDIR": str(tmp_path / "work")})
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]

@@ -13,7 +13,7 @@ from rolloutscope.store import RunStore
 from rolloutscope.replay import scenarios
 from rolloutscope.replay.errors import ScenarioError
 from rolloutscope.replay.participants.fleet_health import GenerationFleetHealth
-from rolloutscope.replay.runner import replay_into_store
+from rolloutscope.replay.run_scenario import replay_into_store
 from rolloutscope.replay.scenario import Faults, Scenario, ShardKill
 from rolloutscope.replay.sim.fleet import FleetHealthSpec
 

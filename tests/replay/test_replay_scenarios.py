@@ -11,9 +11,9 @@ import pytest
 from rolloutscope.cli import main as cli_main
 from rolloutscope.store import RunStore
 from rolloutscope.replay import scenarios
-from rolloutscope.replay.engine import PacedDriver, Scheduler
+from rolloutscope.replay.event_engine import PacedDriver, Scheduler
 from rolloutscope.replay.errors import ScenarioError, UnknownVariantError
-from rolloutscope.replay.runner import replay_into_store
+from rolloutscope.replay.run_scenario import replay_into_store
 from rolloutscope.replay.scenario import Scenario
 from rolloutscope.replay.telemetry import VIRTUAL_EPOCH_NS
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rolloutscope.store import RunStore
-from rolloutscope.replay.runner import replay_into_store
+from rolloutscope.replay.run_scenario import replay_into_store
 from rolloutscope.replay.scenarios import get
 
 # (scenario, variants) -> the incident kinds it must produce, and nothing else

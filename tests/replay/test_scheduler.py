@@ -9,7 +9,7 @@ import weakref
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rolloutscope.replay.engine import Priority, Scheduler, VirtualDriver
+from rolloutscope.replay.event_engine import Priority, Scheduler, VirtualDriver
 
 
 class Payload:

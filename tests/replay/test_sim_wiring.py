@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rolloutscope.replay.engine import Scheduler
+from rolloutscope.replay.event_engine import Scheduler
 from rolloutscope.replay.participants.agent import AgentParticipant
 from rolloutscope.replay.participants.coordinator import CheckpointCoordinator
 from rolloutscope.replay.participants.deadlines import DeadlineRegistry
@@ -31,7 +31,7 @@ from rolloutscope.replay.sim.gym import GymSide
 from rolloutscope.replay.sim.notes import ParticipantNotes
 from rolloutscope.replay.sim.retire import RetireCoordinator
 from rolloutscope.replay.sim.rollout_state import RLTry
-from rolloutscope.replay.sim.runs import RunOwner
+from rolloutscope.replay.sim.gym_run import RunOwner
 
 REPLAY = Path(__file__).resolve().parents[2] / "replay"
 
@@ -68,7 +68,7 @@ SIDES = {
               "fleet_recorder"},
     "checkpoint": {"snapshot", "snapshot_recorder", "notes", "retire"},
 }
-SHARED = {"ports", "signals", "services", "runs", "engines", "rollout_state"}
+SHARED = {"ports", "signals", "services", "gym_run", "engines", "rollout_state"}
 
 
 def _members(proto: type) -> list[str]:

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from rolloutscope.replay.replayer import run_digest
-from rolloutscope.replay.runner import replay_into_store
+from rolloutscope.replay.replay_capture import run_digest
+from rolloutscope.replay.run_scenario import replay_into_store
 from rolloutscope.replay.scenarios import get, names
 from rolloutscope.replay.variants import Variant
 from rolloutscope.store import RunStore

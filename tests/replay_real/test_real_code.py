@@ -6,7 +6,7 @@ counted-holders fix removing it."""
 
 from __future__ import annotations
 
-from rolloutscope.replay.replayer import capture_from_store, replay_run
+from rolloutscope.replay.replay_capture import capture_from_store, replay_run
 
 P1 = ("deadline_fired_while_parked", "p00000 try 0")
 COUNTED = "rolloutscope.replay.examples.counted_deadlines:CountedRequestDeadlineRegistry"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from rolloutscope.replay.replayer import capture_from_store, replay_run
+from rolloutscope.replay.replay_capture import capture_from_store, replay_run
 
 DOUBLES = {"nemo_rl": "doubles", "nemo_gym": "doubles"}
 P1 = ("deadline_fired_while_parked", "p00000 try 0")

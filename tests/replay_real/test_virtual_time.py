@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from rolloutscope.replay.engine import Priority, Scheduler, VirtualDriver
+from rolloutscope.replay.event_engine import Priority, Scheduler, VirtualDriver
 from rolloutscope.replay.virtual_time import (
     AsyncRuntime,
     ForeignThreadError,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from rolloutscope.store import RunStore
-from rolloutscope.replay.runner import replay_into_store
+from rolloutscope.replay.run_scenario import replay_into_store
 from rolloutscope.replay.scenarios import get
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from rolloutscope.cli import main
-from rolloutscope.replay.runner import replay_into_store
+from rolloutscope.replay.run_scenario import replay_into_store
 from rolloutscope.replay.scenarios import get
 from rolloutscope.store import RunStore
 

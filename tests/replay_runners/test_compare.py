@@ -8,7 +8,7 @@ import pytest
 from rolloutscope.store import RunStore
 from rolloutscope.replay import compare
 from rolloutscope.replay.errors import ReplayError
-from rolloutscope.replay.replayer import capture_from_store, replay_run
+from rolloutscope.replay.replay_capture import capture_from_store, replay_run
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from rolloutscope.replay.replayer import (
+from rolloutscope.replay.replay_capture import (
     GoldenCaptureError,
     ReplayDivergenceError,
     capture_from_golden,

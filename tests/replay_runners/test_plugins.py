@@ -27,7 +27,7 @@ from rolloutscope.replay.plugins import (
     validate,
 )
 from rolloutscope.replay.real.sources import UpstreamUnavailableError
-from rolloutscope.replay.replayer import capture_from_store, replay_run
+from rolloutscope.replay.replay_capture import capture_from_store, replay_run
 
 DOUBLE = "rolloutscope.replay.doubles.rl_fleet_health:GenerationFleetHealth"
 DOUBLES = {"nemo_rl": "doubles", "nemo_gym": "doubles"}

@@ -8,7 +8,7 @@ import pytest
 from rolloutscope.store import RunStore
 from rolloutscope.replay import compare
 from rolloutscope.replay.extract import ExtractionError, extract_scenario
-from rolloutscope.replay.replayer import capture_from_store, replay_run
+from rolloutscope.replay.replay_capture import capture_from_store, replay_run
 from rolloutscope.replay.scenarios import get
 from rolloutscope.vocabulary import RunSource
 

@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 
 from rolloutscope.replay.fixes import FIXES
-from rolloutscope.replay.replayer import capture_from_store, replay_run
+from rolloutscope.replay.replay_capture import capture_from_store, replay_run
 from rolloutscope.replay.scenarios import get, names
 from rolloutscope.replay.variants import Variant
 from rolloutscope.store import RunStore

@@ -18,7 +18,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-import rolloutscope.replay.runner as runner
+import rolloutscope.replay.run_scenario as runner
 from rolloutscope.collectors.exporter import StoreSpanExporter
 from rolloutscope.replay.scenarios import get, names
 from rolloutscope.store import RunStore, derived, views
@@ -147,7 +147,7 @@ def test_an_older_store_is_brought_up_to_date_on_first_write(tmp_path, caplog):
 
 _WRITER = textwrap.dedent("""
     import sys
-    from rolloutscope.replay.runner import replay_into_store
+    from rolloutscope.replay.run_scenario import replay_into_store
     from rolloutscope.replay.scenarios import get
     from rolloutscope.store import RunStore, derived
     derived.PASS_AFTER_SPANS = 500

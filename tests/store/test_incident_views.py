@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from rolloutscope.cli import main
-from rolloutscope.cli.runs import INCIDENT_KINDS
+from rolloutscope.cli.info_incidents import INCIDENT_KINDS
 from rolloutscope.store import RowBatch
 from rolloutscope.store import views as store_views
 from rolloutscope.vocabulary import Attr, EventName, SpanName

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from rolloutscope.cli import main
-from rolloutscope.replay.runner import replay_into_store
+from rolloutscope.replay.run_scenario import replay_into_store
 from rolloutscope.replay.scenarios import get
 from rolloutscope.store import RunStore
 from rolloutscope.store.steps import diff_totals, step_diff, step_table

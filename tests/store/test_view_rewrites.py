@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from rolloutscope.replay.runner import replay_into_store
+from rolloutscope.replay.run_scenario import replay_into_store
 from rolloutscope.replay.scenarios import get
 from rolloutscope.store import RunStore, views
 from tests.gym_capture import collect_capture

@@ -46,12 +46,12 @@ from rolloutscope.replay.plugins import (
 )
 from rolloutscope.replay.real.span_diff import first_difference
 from rolloutscope.replay.real.records import ImplementationRecord, ReferenceComparison
-from rolloutscope.replay.runner import replay, replay_into_store, wall_clock_driver
+from rolloutscope.replay.run_scenario import replay, replay_into_store, wall_clock_driver
 from rolloutscope.replay.scenario import Scenario
 from rolloutscope.replay.telemetry import VIRTUAL_EPOCH_NS
 from rolloutscope.replay.variants import Variant, ordered, parse_variants
-from rolloutscope.store import RunStore, runs
-from rolloutscope.store.runs import IncidentKey, OutcomeCounts
+from rolloutscope.store import RunStore, run_reads
+from rolloutscope.store.run_reads import IncidentKey, OutcomeCounts
 from rolloutscope.vocabulary import RunSource
 
 GOLDEN_FORMAT = "rolloutscope-golden-capture"
@@ -107,9 +107,9 @@ def capture_from_store(path: str | Path | RunStore, run_id: str | None = None, *
         path = store.path
         extraction = extract_scenario(store, run_id, incident_id=incident_id, pad_s=pad_s)
         rid = extraction.report.run_id
-        incidents = runs.incident_frame(store, rid)
-        outcomes = runs.outcome_counts(store, rid)
-        timings = runs.timing_summary(store, rid)
+        incidents = run_reads.incident_frame(store, rid)
+        outcomes = run_reads.outcome_counts(store, rid)
+        timings = run_reads.timing_summary(store, rid)
         variants = store.query("SELECT variants FROM runs WHERE run_id = ?", [rid])
     keys = tuple(sorted(in_window(incidents, extraction.report.window).key))
     recorded = json.loads(variants[0][0]) if variants and variants[0][0] else []
@@ -439,7 +439,7 @@ def _versus_reference(scenario: Scenario, store: RunStore, run_id: str,
             if run_digest(ref, "reference") == digest:
                 return ReferenceComparison(same_spans=True)
             difference = first_difference(ref, "reference", store, run_id)
-            theirs = Counter(runs.incident_frame(ref, "reference").key)
+            theirs = Counter(run_reads.incident_frame(ref, "reference").key)
             tried = tuple(dict.fromkeys(v for k in kinds for v in KIND_VARIANTS.get(k, ())
                                         if v not in effective))
             matches, same_incidents = [], [""] if theirs == incidents else []
@@ -448,7 +448,7 @@ def _versus_reference(scenario: Scenario, store: RunStore, run_id: str,
                 _run(scenario, ref, rid, ordered(parse_variants([*variants, variant])), {})
                 if run_digest(ref, rid) == digest:
                     matches.append(variant)
-                if Counter(runs.incident_frame(ref, rid).key) == incidents:
+                if Counter(run_reads.incident_frame(ref, rid).key) == incidents:
                     same_incidents.append(variant)
     only_ref = sorted((theirs - incidents).elements())
     only_plugged = sorted((incidents - theirs).elements())
@@ -493,10 +493,10 @@ def _as_captured(scenario: Scenario, switches: tuple[str, ...],
             with RunStore(Path(tmp) / "as-captured.duckdb") as store:
                 _run(scenario, store, "as-captured", switches, {})
                 _keep_as_captured(scenario, switches, window, _AsCaptured(
-                    incidents=Counter(in_window(runs.incident_frame(store, "as-captured"),
+                    incidents=Counter(in_window(run_reads.incident_frame(store, "as-captured"),
                                                 window).key),
-                    outcomes=runs.outcome_counts(store, "as-captured"),
-                    timings=runs.timing_summary(store, "as-captured")))
+                    outcomes=run_reads.outcome_counts(store, "as-captured"),
+                    timings=run_reads.timing_summary(store, "as-captured")))
     return _AS_CAPTURED[key]
 
 
@@ -537,17 +537,17 @@ def _replay_one(capture: Capture, store: RunStore, variants: tuple[str, ...],
                   SCENARIO_DOCUMENT_KEY: scenario.to_dict()},
         origin_ns=VIRTUAL_EPOCH_NS)
     window = capture.window
-    replayed = in_window(runs.incident_frame(store, run_id), window)
+    replayed = in_window(run_reads.incident_frame(store, run_id), window)
     captured, seen = Counter(capture.incidents), Counter(replayed.key)
-    outcomes = runs.outcome_counts(store, run_id)
-    timings = runs.timing_summary(store, run_id)
+    outcomes = run_reads.outcome_counts(store, run_id)
+    timings = run_reads.timing_summary(store, run_id)
     before_outcomes, before_timings = capture.outcomes, capture.timings
     figures = "capture" if window is None else ""
     no_verdict: list[IncidentKey] = []
     as_captured_only: list[IncidentKey] = []
     switches = _captured_switches(capture)
     if set(variants) == set(switches):  # this replay is the as-captured one
-        reproduced, vanished, appeared = runs.match_incidents(captured, seen)
+        reproduced, vanished, appeared = run_reads.match_incidents(captured, seen)
         if not factories and on_backend is None:
             _keep_as_captured(scenario, switches, window,
                               _AsCaptured(incidents=seen, outcomes=outcomes, timings=timings))
@@ -556,7 +556,7 @@ def _replay_one(capture: Capture, store: RunStore, variants: tuple[str, ...],
         earned = captured & plain.incidents
         no_verdict = sorted((captured - plain.incidents).elements())
         as_captured_only = sorted((plain.incidents - captured).elements())
-        reproduced, vanished, _ = runs.match_incidents(earned, seen)
+        reproduced, vanished, _ = run_reads.match_incidents(earned, seen)
         appeared = sorted((seen - (captured | plain.incidents)).elements())
         if window is not None:
             before_outcomes, before_timings = plain.outcomes, plain.timings

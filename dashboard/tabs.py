@@ -714,7 +714,7 @@ class Rollouts(View):
 
 
 # the time-axis tabs live in their own modules, which build on the View classes above; they are
-# still importable from here (notebooks do: ``from rolloutscope.dashboard.views import Fleet``)
+# still importable from here (notebooks do: ``from rolloutscope.dashboard.tabs import Fleet``)
 _ELSEWHERE = {"Timeline": "time_views", "Fleet": "time_views", "IncidentDetail": "incident_view"}
 
 

@@ -7,7 +7,7 @@ from enum import IntEnum
 from typing import Any, Protocol
 
 from rolloutscope.vocabulary import Attr
-from rolloutscope.replay.engine import Timer
+from rolloutscope.replay.event_engine import Timer
 from rolloutscope.replay.participants.agent import CompletionReceipt, ExecutionKey
 from rolloutscope.replay.participants.rollouts import Failure
 from rolloutscope.replay.scenario import Row

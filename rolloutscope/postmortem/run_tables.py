@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from rolloutscope.store import RunStore, runs
-from rolloutscope.store.runs import origin_ns, seconds
+from rolloutscope.store import RunStore, run_reads
+from rolloutscope.store.run_reads import origin_ns, seconds
 from rolloutscope.store.store import resolve_path
 from rolloutscope.replay import scenarios
-from rolloutscope.replay.runner import replay_into_store
+from rolloutscope.replay.run_scenario import replay_into_store
 from rolloutscope.replay.scenario import Scenario
 
 class PostmortemError(Exception):
@@ -87,7 +87,7 @@ INCIDENT_COLUMNS = ["start_s", "kind", "severity", "subject", "summary", "incide
 
 def incident_table(store: RunStore, run_id: str, *, kinds: Iterable[str] = ()) -> pd.DataFrame:
     """The run's incidents in time order (only ``kinds`` if given), one sentence each."""
-    runs.require_run(store, run_id)
+    run_reads.require_run(store, run_id)
     origin = origin_ns(store, run_id)
     df = store.view("incidents", run_id=run_id)
     wanted = set(kinds)

@@ -29,8 +29,8 @@ from rolloutscope.collectors.exporter import (
 )
 from rolloutscope.vocabulary import Attr, ResourceAttr
 from rolloutscope.replay.backends.base import GenerationBackend
-from rolloutscope.replay.engine import Inbox, PacedDriver
-from rolloutscope.replay.runner import ReplayResult, replay
+from rolloutscope.replay.event_engine import Inbox, PacedDriver
+from rolloutscope.replay.run_scenario import ReplayResult, replay
 from rolloutscope.replay.scenario import Scenario
 from rolloutscope.replay.telemetry import MetricPoint
 from rolloutscope.replay.variants import Variant

@@ -269,7 +269,7 @@ def _duration_s(text: str) -> float:
 def _step_window(store, run_id: str, step: int) -> tuple[int, int]:
     """Train step ``step``'s stretch of ``run_id``: from the end of the step before (or the
     run's start) to the end of its own training (rolloutscope.store.steps)."""
-    from rolloutscope.store.runs import require_run
+    from rolloutscope.store.run_reads import require_run
     from rolloutscope.store.steps import _boundaries
 
     require_run(store, run_id)

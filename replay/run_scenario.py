@@ -33,7 +33,7 @@ from rolloutscope.store import RunStore
 from rolloutscope.store.rows import RowBatch
 from rolloutscope.vocabulary import RunSource
 from rolloutscope.replay.backends.base import BackendError, GenerationBackend, GenerationSession
-from rolloutscope.replay.engine import (
+from rolloutscope.replay.event_engine import (
     Driver,
     Inbox,
     PacedDriver,
