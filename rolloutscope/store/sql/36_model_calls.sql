@@ -13,8 +13,8 @@
 -- Gym's agent -> model-server hop is internal (the model server's own span is the call), so one
 -- call is one row. capture_key is the Gym rollout (rid or rid-aN), rollout_id and gym_attempt
 -- its parts. outcome: ok | error (a failed span or a status >= 400) | open. http_status: the
--- last try's, else what the call span says (llm_calls.http_status). error_type: error.type, or
--- the exception a call raised (llm_calls). backend: the last try's scheme://host:port, else the
+-- last try's, else what the call span says (llm_calls.http_status). error_type and provider:
+-- the call span's (llm_calls; Gym's spans carry neither). backend: the last try's scheme://host:port, else the
 -- call span's server.address:server.port. unread_attributes: the attributes of the call whose
 -- value is not of its type (llm_calls).
 -- The engine's side, where the engine's own record of the call is in the same trace
@@ -104,23 +104,21 @@ calls AS (
         s.attributes->>'nemo.gym.model_request.id' AS request_id,
         s.is_open,
         s.parent_span_id,
-        coalesce(s.read[3], s.read[4]) AS provider,
-        s.read[5] AS error_type,
+        -- Gym's spans carry no provider or error.type; its token attributes are read above
+        -- (the same expressions, computed once)
+        CAST(NULL AS VARCHAR) AS provider,
+        CAST(NULL AS VARCHAR) AS error_type,
         nullif(concat_ws(', ',
-            CASE WHEN s.read[1] IS NOT NULL AND TRY_CAST(s.read[1] AS BIGINT) IS NULL
+            CASE WHEN s.attributes->>'gen_ai.usage.input_tokens' IS NOT NULL
+                      AND TRY_CAST(s.attributes->>'gen_ai.usage.input_tokens' AS BIGINT) IS NULL
                  THEN 'gen_ai.usage.input_tokens='
                       || (s.attributes->'gen_ai.usage.input_tokens') END,
-            CASE WHEN s.read[2] IS NOT NULL AND TRY_CAST(s.read[2] AS BIGINT) IS NULL
+            CASE WHEN s.attributes->>'gen_ai.usage.output_tokens' IS NOT NULL
+                      AND TRY_CAST(s.attributes->>'gen_ai.usage.output_tokens' AS BIGINT) IS NULL
                  THEN 'gen_ai.usage.output_tokens='
                       || (s.attributes->'gen_ai.usage.output_tokens') END), '')
             AS unread_attributes
-    FROM (SELECT *,
-                 -- one parse of the attributes for the columns Gym's spans rarely carry
-                 json_extract_string(attributes, ['gen_ai.usage.input_tokens',
-                                                  'gen_ai.usage.output_tokens',
-                                                  'gen_ai.provider.name', 'gen_ai.system',
-                                                  'error.type']) AS read
-          FROM served) s
+    FROM served s
     LEFT JOIN tries t
         ON t.run_id = s.run_id AND t.trace_id = s.trace_id AND t.parent_span_id = s.span_id
     UNION ALL

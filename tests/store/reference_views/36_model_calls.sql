@@ -95,23 +95,21 @@ calls AS (
         s.attributes->>'nemo.gym.model_request.id' AS request_id,
         s.is_open,
         s.parent_span_id,
-        coalesce(s.read[3], s.read[4]) AS provider,
-        s.read[5] AS error_type,
+        -- Gym's spans carry no provider or error.type; its token attributes are read above
+        -- (the same expressions, computed once)
+        CAST(NULL AS VARCHAR) AS provider,
+        CAST(NULL AS VARCHAR) AS error_type,
         nullif(concat_ws(', ',
-            CASE WHEN s.read[1] IS NOT NULL AND TRY_CAST(s.read[1] AS BIGINT) IS NULL
+            CASE WHEN s.attributes->>'gen_ai.usage.input_tokens' IS NOT NULL
+                      AND TRY_CAST(s.attributes->>'gen_ai.usage.input_tokens' AS BIGINT) IS NULL
                  THEN 'gen_ai.usage.input_tokens='
                       || (s.attributes->'gen_ai.usage.input_tokens') END,
-            CASE WHEN s.read[2] IS NOT NULL AND TRY_CAST(s.read[2] AS BIGINT) IS NULL
+            CASE WHEN s.attributes->>'gen_ai.usage.output_tokens' IS NOT NULL
+                      AND TRY_CAST(s.attributes->>'gen_ai.usage.output_tokens' AS BIGINT) IS NULL
                  THEN 'gen_ai.usage.output_tokens='
                       || (s.attributes->'gen_ai.usage.output_tokens') END), '')
             AS unread_attributes
-    FROM (SELECT *,
-                 -- one parse of the attributes for the columns Gym's spans rarely carry
-                 json_extract_string(attributes, ['gen_ai.usage.input_tokens',
-                                                  'gen_ai.usage.output_tokens',
-                                                  'gen_ai.provider.name', 'gen_ai.system',
-                                                  'error.type']) AS read
-          FROM served) s
+    FROM served s
     LEFT JOIN tries t
         ON t.run_id = s.run_id AND t.trace_id = s.trace_id AND t.parent_span_id = s.span_id
     UNION ALL
