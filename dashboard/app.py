@@ -41,6 +41,7 @@ from rolloutscope.dashboard.tabs import CSS, Checkpoints, Overview, Rollouts
 from rolloutscope.dashboard.trace_view import Traces
 from rolloutscope.dashboard.replay_view import Replay
 from rolloutscope.dashboard.diff_view import Diff
+from rolloutscope.dashboard.steps_view import Steps
 from rolloutscope.dashboard.shared import DashboardLimits, ReadTimeout, SharedReads
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ REFRESH_MS = 1500  # live refresh period: inside the 1-2 s the views promise
 # once, as before, bench_sessions.py's baseline)
 LAZY_TABS = True
 TAB_NAMES = ("Overview", "Timeline", "Checkpoints", "Fleet", "Rollouts", "Traces", "Incident",
-             "Replay", "Diff")
+             "Steps", "Replay", "Diff")
 
 
 @dataclass
@@ -66,6 +67,8 @@ class Dashboard:
     traces: Traces
     incident: IncidentDetail
 
+    steps: Steps
+
     replay: Replay | None = None
     diff: Diff | None = None
 
@@ -73,13 +76,13 @@ class Dashboard:
     def over(cls, data: DataStore, *, compare: RunStore | None = None) -> Dashboard:
         """``compare``: another store whose runs the Replay and Diff tabs offer."""
         return cls(data, Overview(data), Timeline(data), Checkpoints(data), Fleet(data),
-                   Rollouts(data), Traces(data, shown=False), IncidentDetail(data),
+                   Rollouts(data), Traces(data, shown=False), IncidentDetail(data), Steps(data),
                    Replay(data, after_store=compare), Diff(data, other_store=compare))
 
     def views(self) -> list:
         """The views in tab order (``TAB_NAMES``)."""
         out = [self.overview, self.timeline, self.checkpoints, self.fleet, self.rollouts,
-               self.traces, self.incident]
+               self.traces, self.incident, self.steps]
         return out + [v for v in (self.replay, self.diff) if v is not None]
 
 
@@ -127,7 +130,7 @@ class LazyDashboard:
     Asking for a view (``dash.timeline``, ``views()``) makes it."""
 
     NAMES = ("overview", "timeline", "checkpoints", "fleet", "rollouts", "traces", "incident",
-             "replay", "diff")
+             "steps", "replay", "diff")
 
     def __init__(self, data: DataStore, *, compare: RunStore | None = None) -> None:
         self.data = data
@@ -137,7 +140,7 @@ class LazyDashboard:
             "rollouts": lambda: Rollouts(data), "traces": lambda: Traces(data, shown=False),
             "incident": lambda: IncidentDetail(data),
             "replay": lambda: Replay(data, after_store=compare),
-            "diff": lambda: Diff(data, other_store=compare)}
+            "diff": lambda: Diff(data, other_store=compare), "steps": lambda: Steps(data)}
         self.lazy = [LazyView(makers[name], name=name) for name in self.NAMES]
 
     def __getattr__(self, name: str):
