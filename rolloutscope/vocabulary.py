@@ -51,6 +51,86 @@ class ResourceAttr:
     RL_WORKER_GROUP = "rl.worker_group"
 
 
+class GenAIAttr:
+    """OpenTelemetry's generative-AI conventions (``gen_ai.*``), as an instrumented LLM client
+    writes them on its CLIENT span, named ``{gen_ai.operation.name} {gen_ai.request.model}``
+    (``chat my-model``), with ``server.address`` / ``server.port`` and ``error.type`` and no
+    URL. Checked against opentelemetry-semantic-conventions 0.66b2
+    (``semconv._incubating.attributes.gen_ai_attributes``) and what
+    opentelemetry-instrumentation-openai-v2 2.4b0 sets (docs/dialects.md)."""
+
+    OPERATION = "gen_ai.operation.name"
+    # the provider: gen_ai.provider.name since semantic conventions 1.37, gen_ai.system before
+    # (openai-v2 writes the one its util-genai version knows)
+    PROVIDER = "gen_ai.provider.name"
+    SYSTEM = "gen_ai.system"
+    REQUEST_MODEL = "gen_ai.request.model"
+    RESPONSE_MODEL = "gen_ai.response.model"
+    RESPONSE_ID = "gen_ai.response.id"
+    RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
+    INPUT_TOKENS = "gen_ai.usage.input_tokens"
+    OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+    # the names before semantic conventions 1.27, which vLLM still writes on its engine span
+    PROMPT_TOKENS = "gen_ai.usage.prompt_tokens"
+    COMPLETION_TOKENS = "gen_ai.usage.completion_tokens"
+
+
+class GenAIOperation(StrEnum):
+    """``gen_ai.operation.name`` values that are a call to a generation model (a model_calls
+    row); embeddings, tools and agents are not."""
+
+    CHAT = "chat"
+    TEXT_COMPLETION = "text_completion"
+    GENERATE_CONTENT = "generate_content"
+
+
+class OpenInferenceAttr:
+    """OpenInference's span attributes (``openinference-semantic-conventions`` 0.1.42,
+    ``SpanAttributes``), as its instrumentations (openinference-instrumentation-openai 0.1.66:
+    an INTERNAL span named after the response type, ``ChatCompletion``) write them. No server
+    address: the backend is known only from an HTTP try under the span."""
+
+    SPAN_KIND = "openinference.span.kind"  # LLM for a model call (OpenInferenceSpanKindValues)
+    MODEL_NAME = "llm.model_name"  # the response's model once answered, else the request's
+    INVOCATION_PARAMETERS = "llm.invocation_parameters"  # the request's parameters, JSON text
+    PROVIDER = "llm.provider"
+    SYSTEM = "llm.system"
+    PROMPT_TOKENS = "llm.token_count.prompt"
+    COMPLETION_TOKENS = "llm.token_count.completion"
+    FINISH_REASON = "llm.finish_reason"
+    SPAN_KIND_LLM = "LLM"
+
+
+class VllmAttr:
+    """vLLM's engine span: ``vllm serve --otlp-traces-endpoint`` sends one ``llm_request`` SERVER
+    span per request, parented by the caller's ``traceparent`` (a child of the HTTP try or of the
+    client's call span that sent it), starting at the request's arrival. Names as
+    ``vllm.tracing.SpanAttributes`` spells them and ``vllm/v1/engine/output_processor.py``
+    (``do_tracing``) sets them in vLLM 0.34.0; tests/store/test_vllm_names.py re-checks them
+    against a vLLM source tree (``ROLLOUTSCOPE_VLLM_SRC``). Latencies are in seconds."""
+
+    REQUEST_ID = "gen_ai.request.id"
+    PROMPT_TOKENS = GenAIAttr.PROMPT_TOKENS
+    COMPLETION_TOKENS = GenAIAttr.COMPLETION_TOKENS
+    MAX_TOKENS = "gen_ai.request.max_tokens"
+    N = "gen_ai.request.n"
+    TIME_IN_QUEUE = "gen_ai.latency.time_in_queue"
+    TIME_TO_FIRST_TOKEN = "gen_ai.latency.time_to_first_token"
+    TIME_IN_MODEL_PREFILL = "gen_ai.latency.time_in_model_prefill"
+    TIME_IN_MODEL_DECODE = "gen_ai.latency.time_in_model_decode"
+    TIME_IN_MODEL_INFERENCE = "gen_ai.latency.time_in_model_inference"
+    E2E = "gen_ai.latency.e2e"
+    # not set by vLLM 0.34.0's llm_request; read where an engine sets it (the GenAI name)
+    FINISH_REASONS = GenAIAttr.RESPONSE_FINISH_REASONS
+    # the resource of vLLM's tracer (vllm/tracing/otel.py init_otel_tracer): its process id;
+    # service.name is OTEL_SERVICE_NAME's, service.instance.id whatever OTEL_RESOURCE_ATTRIBUTES set
+    PROCESS_ID = "vllm.process_id"
+    # the attributes rolloutscope reads, checked against vLLM's source
+    READ = (REQUEST_ID, PROMPT_TOKENS, COMPLETION_TOKENS, MAX_TOKENS, N, TIME_IN_QUEUE,
+            TIME_TO_FIRST_TOKEN, TIME_IN_MODEL_PREFILL, TIME_IN_MODEL_DECODE,
+            TIME_IN_MODEL_INFERENCE, E2E)
+
+
 class Attr:
     """Span and event attribute keys."""
 
@@ -154,11 +234,11 @@ class Attr:
     HTTP_TARGET_OLD = "http.target"
     HTTP_HOST_OLD = "http.host"
     NET_HOST_PORT_OLD = "net.host.port"
-    # OTel's generative-AI conventions, where a client or engine records them
-    GEN_AI_SYSTEM = "gen_ai.system"
-    GEN_AI_OPERATION = "gen_ai.operation.name"
-    GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
-    GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
+    # OTel's generative-AI conventions, where a client or engine records them (GenAIAttr)
+    GEN_AI_SYSTEM = GenAIAttr.SYSTEM
+    GEN_AI_OPERATION = GenAIAttr.OPERATION
+    GEN_AI_REQUEST_MODEL = GenAIAttr.REQUEST_MODEL
+    GEN_AI_RESPONSE_MODEL = GenAIAttr.RESPONSE_MODEL
 
     # Rollouts (docs/domain/rollouts-and-deadlines.md)
     ROLLOUT_OUTCOME = "nemo.rl.rollout.outcome"
@@ -173,8 +253,8 @@ class Attr:
     ROWS_PENDING = "nemo.rl.rows.pending"
     ROWS_RECEIVED = "nemo.rl.rows.received"
     ROWS_MISSING = "nemo.rl.rows.missing"
-    TOKENS_IN = "gen_ai.usage.input_tokens"
-    TOKENS_OUT = "gen_ai.usage.output_tokens"
+    TOKENS_IN = GenAIAttr.INPUT_TOKENS
+    TOKENS_OUT = GenAIAttr.OUTPUT_TOKENS
     STALL_IDLE_S = "nemo.rl.stall.idle_s"
     STALL_INFLIGHT = "nemo.rl.stall.inflight"
     STALL_COMMITTED = "nemo.rl.stall.committed"
@@ -373,6 +453,10 @@ class SpanName:
     # SHARD_IDX / PROMPT_IDX / CHECKPOINT_ID of what it hit
     FAULT = "rolloutscope.fault"
 
+    # -- engines
+    # vLLM's engine span, one per request it served (SERVER kind): VllmAttr
+    VLLM_REQUEST = "llm_request"
+
     # -- agent executions, parking, model gate
     # one /run execution: ROLLOUT_ID, RL_ATTEMPT, EPISODE_ATTEMPT, EXECUTION_GENERATION,
     # final EXECUTION_STATE
@@ -432,6 +516,16 @@ class Dialect(StrEnum):
     GYM = "gym"  # released Gym's own spans (gym.rollout, gym.model.*, HTTP client spans)
     # NeMo-RL's own telemetry (nemo_rl/telemetry: rl.<algorithm>.step and its phases)
     RL_TELEMETRY = "rl_telemetry"
+
+
+class CallSource(StrEnum):
+    """What recorded a model_calls row (its ``source``): one call is one row, read from the
+    outermost of the spans that record it."""
+
+    GYM = "gym"  # a Gym model server's gym.model.* span, over its HTTP tries
+    HTTP = "http"  # an HTTP client span to a generation route, under no call span
+    GENAI = "genai"  # an OTel GenAI client span (GenAIAttr), over its HTTP tries if traced
+    OPENINFERENCE = "openinference"  # an OpenInference LLM span, over its HTTP tries if traced
 
 
 class EventName:

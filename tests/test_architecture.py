@@ -88,7 +88,8 @@ class TestLayers:
 def vocabulary_names() -> set[str]:
     names = set()
     for cls in (vocabulary.ResourceAttr, vocabulary.Attr, vocabulary.SpanName,
-                vocabulary.EventName, vocabulary.MetricName):
+                vocabulary.EventName, vocabulary.MetricName, vocabulary.GenAIAttr,
+                vocabulary.OpenInferenceAttr, vocabulary.VllmAttr):
         names.update(v for k, v in vars(cls).items() if not k.startswith("_")
                      and isinstance(v, str))
     return names

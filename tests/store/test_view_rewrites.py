@@ -7,6 +7,10 @@ same run file and every view is compared row for row (as multisets: view order i
 the contract), on each built-in scenario's replay, on the real Gym 0.7.0 capture posted to a
 collector, and on a small synthetic run whose released-Gym share carries the HTTP shapes
 (a wedged backend, rate-limit storms, failed /run replies) the replays do not make.
+
+previous_views/ keeps, for every view that has since gained rows of other dialects or columns,
+its text before: on the same inputs, the packaged view's rows read on the previous text's
+columns, less the rows of the sources it did not read, are the previous rows.
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ from tests.synthetic_run import synthetic_run
 from tests.replay.test_scenario_incidents import EXPECTED
 
 REFERENCE = Path(__file__).parent / "reference_views"
+PREVIOUS = Path(__file__).parent / "previous_views"
+# the sources of each previous view's rows (model_calls: Gym's spans and plain HTTP requests)
+PREVIOUS_SOURCES = {"model_calls": ("gym", "http")}
 _FILE = re.compile(r"^\d\d_([a-z_]+)\.sql$")
 
 SCENARIOS = sorted({(name, variants) for name, variants, _ in EXPECTED})
@@ -39,6 +46,25 @@ def reference_texts() -> dict[str, str]:
         assert m, f"{path.name}: reference views are named NN_<view>.sql"
         out[m.group(1)] = path.read_text()
     return out
+
+
+def previous_texts() -> dict[str, str]:
+    out = {}
+    for path in sorted(PREVIOUS.iterdir()):
+        m = _FILE.match(path.name)
+        assert m, f"{path.name}: previous views are named NN_<view>.sql"
+        out[m.group(1)] = path.read_text()
+    return out
+
+
+def _previous_rows(cur, name: str, text: str) -> tuple[Counter, Counter]:
+    """(the previous text's rows, the packaged view's rows on its columns and sources)."""
+    before = f"{name}_before"
+    cur.execute(views.as_temporary(re.sub(rf"\b{name}(_of)?\b", rf"{before}\1", text)))
+    columns = [d[0] for d in cur.execute(f"SELECT * FROM {before} LIMIT 0").description]
+    sources = ", ".join(f"'{s}'" for s in PREVIOUS_SOURCES[name])
+    return (_rows(cur, before),
+            _rows(cur, f"SELECT {', '.join(columns)} FROM {name} WHERE source IN ({sources})"))
 
 
 def _install(cur, texts: dict[str, str]) -> None:
@@ -58,7 +84,9 @@ def _norm(value):
 
 
 def _rows(cur, view: str) -> Counter:
-    return Counter(repr(_norm(r)) for r in cur.execute(f"SELECT * FROM {view}").fetchall())
+    """The rows of a view (or of a query) as a multiset."""
+    sql = view if view.startswith("SELECT") else f"SELECT * FROM {view}"
+    return Counter(repr(_norm(r)) for r in cur.execute(sql).fetchall())
 
 
 def differences(path: Path) -> dict[str, tuple[int, int, list[str]]]:
@@ -79,6 +107,13 @@ def differences(path: Path) -> dict[str, tuple[int, int, list[str]]]:
                 out[name] = (sum(a.values()), sum(b.values()),
                              [f"- {r[:300]}" for r in list((a - b).elements())[:3]]
                              + [f"+ {r[:300]}" for r in list((b - a).elements())[:3]])
+        for name, text in previous_texts().items():
+            a, b = _previous_rows(new, name, text)
+            if a != b:
+                out[f"{name} (previous)"] = (
+                    sum(a.values()), sum(b.values()),
+                    [f"- {r[:300]}" for r in list((a - b).elements())[:3]]
+                    + [f"+ {r[:300]}" for r in list((b - a).elements())[:3]])
         incidents = new.execute("SELECT count(*) FROM incidents").fetchall()[0][0]
     return out, incidents
 
@@ -139,3 +174,17 @@ def test_the_comparison_sees_a_reference_that_reads_differently(tmp_path, monkey
         store.query("UPDATE store_meta SET value = 'older' WHERE key = 'views_digest'")
     diff, _ = differences(path)
     assert "rollout_attempts" in diff, diff
+
+
+def test_the_comparison_sees_a_previous_view_whose_rows_changed(tmp_path, monkeypatch):
+    """The previous rows really are compared: a previous text that also counts the 5xx tries
+    as rate-limited reads differently from the packaged view on a run with such tries."""
+    path = synthetic_run(tmp_path / "synthetic.duckdb", spans=20_000)
+    texts = previous_texts()
+    texts["model_calls"] = texts["model_calls"].replace(
+        "h.http_status IN (429, 502, 503, 504, 520)) AS rate_limited",
+        "h.http_status >= 500) AS rate_limited", 1)
+    assert texts["model_calls"] != previous_texts()["model_calls"]
+    monkeypatch.setattr(f"{__name__}.previous_texts", lambda: texts)
+    diff, _ = differences(path)
+    assert "model_calls (previous)" in diff, diff

@@ -8,6 +8,9 @@
 -- whose generation requests failed (>= 500, or no answer) at least unhealthy_threshold times
 -- while every liveness probe of the same backend in that stretch (a GET of /health, /v1/models,
 -- ...) answered OK, at least one of them.
+-- From instrumented LLM clients (llm_calls: OTel GenAI) whose HTTP library is not traced: the
+-- call spans with no HTTP try of their own traced, failed (>= 500, or no answer), at one backend
+-- (server.address:server.port), probed as above (a probe's target names the same host:port).
 CREATE OR REPLACE VIEW wedged_backend AS
 WITH failures AS (
     SELECT run_id, shard_idx, start_ns AS ts_ns, span_id FROM all_spans
@@ -62,6 +65,29 @@ probes AS (
            OR url LIKE '%/live%' OR url LIKE '%/v1/models%')
       AND probe
 ),
+llm_failures AS (
+    SELECT run_id, backend, count(*) AS failures, min(start_ns) AS first_ns,
+           max(coalesce(end_ns, start_ns)) AS last_ns, list(span_id ORDER BY start_ns)[1:5]
+               AS sample_ids
+    FROM llm_calls l
+    WHERE backend IS NOT NULL
+      AND coalesce(http_status >= 500, status_code = 'ERROR')
+      -- no HTTP try under it: a CLIENT span with a URL
+      AND NOT EXISTS (SELECT 1 FROM all_spans h
+                      WHERE h.kind = 'CLIENT' AND h.url IS NOT NULL AND h.run_id = l.run_id
+                        AND h.trace_id = l.trace_id AND h.parent_span_id = l.span_id)
+    GROUP BY run_id, backend
+),
+llm_probed AS (
+    SELECT f.*,
+           count(*) FILTER (WHERE p.outcome = 'ok') AS probes_ok,
+           count(*) FILTER (WHERE p.outcome = 'error') AS probes_failed
+    FROM llm_failures f
+    LEFT JOIN probes p
+        ON p.run_id = f.run_id AND regexp_extract(p.target, '://(.*)$', 1) = f.backend
+       AND p.start_ns BETWEEN f.first_ns AND f.last_ns
+    GROUP BY ALL
+),
 http_probed AS (
     SELECT f.*,
            count(*) FILTER (WHERE p.outcome = 'ok') AS probes_ok,
@@ -111,5 +137,24 @@ SELECT
     CAST(NULL AS VARCHAR) AS caused_by,
     CAST(NULL AS INTEGER) AS shard_idx
 FROM http_probed p
+JOIN run_thresholds t ON t.run_id = p.run_id
+WHERE p.failures >= t.unhealthy_threshold AND p.probes_ok > 0 AND p.probes_failed = 0
+UNION ALL
+SELECT
+    p.run_id,
+    'p5-' || substr(md5(p.run_id || p.backend || p.first_ns), 1, 10) AS incident_id,
+    'wedged_backend' AS kind,
+    'critical' AS severity,
+    p.first_ns AS start_ns,
+    p.last_ns AS end_ns,
+    'backend ' || p.backend AS subject,
+    format('Backend {} answered all {} liveness probes while failing {} generations from '
+           '{:.1f} s to {:.1f} s.',
+           p.backend, p.probes_ok, p.failures, (p.first_ns - t.origin_ns) / 1e9,
+           (p.last_ns - t.origin_ns) / 1e9) AS summary,
+    p.sample_ids AS evidence,
+    CAST(NULL AS VARCHAR) AS caused_by,
+    CAST(NULL AS INTEGER) AS shard_idx
+FROM llm_probed p
 JOIN run_thresholds t ON t.run_id = p.run_id
 WHERE p.failures >= t.unhealthy_threshold AND p.probes_ok > 0 AND p.probes_failed = 0

@@ -9,6 +9,11 @@
 -- request (a CLIENT span under the call's span, with the status it got): a call to a model
 -- backend answered with a rate-limit status on four or more tries is a storm there, since a
 -- client that does not raise its ceiling gives up after max_http_attempts (3) tries.
+-- An instrumented LLM client (llm_calls: OTel GenAI, OpenInference) whose HTTP library is not
+-- traced records each try of a call its code repeats as a call span of its own, under the span
+-- of the step that repeats it: four or more calls under one parent span, to one backend and
+-- model, each answered a rate-limit status and none with an HTTP try of its own traced (those
+-- tries are http_requests, above), are one call storming.
 CREATE OR REPLACE VIEW retry_storm AS
 WITH retries AS (
     SELECT run_id, trace_id, min(span_id) AS span_id, any_value(span_name) AS span_name,
@@ -35,6 +40,21 @@ http_storms AS (
     WHERE http_status BETWEEN 429 AND 520 AND http_status IN (429, 502, 503, 504, 520)
       AND model_endpoint AND NOT internal
     GROUP BY run_id, trace_id, parent_span_id, target
+    HAVING count(*) >= 4
+),
+llm_storms AS (
+    SELECT run_id, trace_id, parent_span_id, backend, model,
+           min(span_id) AS span_id, list(span_id ORDER BY start_ns)[1:5] AS sample_ids,
+           any_value(capture_key) AS rollout_id, any_value(source) AS source,
+           count(*) AS retries, min(start_ns) AS first_ns,
+           max(coalesce(end_ns, start_ns)) AS last_ns, mode(http_status) AS status
+    FROM llm_calls l
+    WHERE http_status IN (429, 502, 503, 504, 520) AND parent_span_id IS NOT NULL
+      -- no HTTP try under it: a CLIENT span with a URL
+      AND NOT EXISTS (SELECT 1 FROM all_spans h
+                      WHERE h.kind = 'CLIENT' AND h.url IS NOT NULL AND h.run_id = l.run_id
+                        AND h.trace_id = l.trace_id AND h.parent_span_id = l.span_id)
+    GROUP BY run_id, trace_id, parent_span_id, backend, model
     HAVING count(*) >= 4
 )
 SELECT
@@ -70,3 +90,21 @@ SELECT
     h.sample_ids AS evidence,
     CAST(NULL AS VARCHAR) AS caused_by
 FROM http_storms h
+UNION ALL
+SELECT
+    l.run_id,
+    'p6-' || substr(md5(l.run_id || l.span_id), 1, 10) AS incident_id,
+    'retry_storm' AS kind,
+    'critical' AS severity,
+    l.first_ns AS start_ns,
+    l.last_ns AS end_ns,
+    coalesce(l.rollout_id, l.backend, l.model) AS subject,
+    format('A model call of {} to {} ({}) was made {} times over {:.0f} s under one parent span '
+           '({} spans), each answered HTTP {}; a client that keeps retrying a rate-limited '
+           'backend can only end at its deadline.',
+           coalesce(l.rollout_id, 'an unknown rollout'), coalesce(l.backend, 'an unknown backend'),
+           coalesce(l.model, 'unknown model'), l.retries, (l.last_ns - l.first_ns) / 1e9,
+           l.source, l.status) AS summary,
+    l.sample_ids AS evidence,
+    CAST(NULL AS VARCHAR) AS caused_by
+FROM llm_storms l

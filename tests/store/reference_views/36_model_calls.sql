@@ -1,20 +1,67 @@
--- model_calls: one row per call to a generation model, as released Gym and any OTel client
--- record it:
--- - a Gym model server's gym.model.responses / chat_completions / messages span (one call it
---   served), with the backend it forwarded the call to: the HTTP tries under that span
+-- model_calls: one row per call to a generation model, whatever recorded it (source; which
+-- dialect feeds which column: docs/dialects.md):
+-- - 'gym': a Gym model server's gym.model.responses / chat_completions / messages span (one call
+--   it served), with the backend it forwarded the call to: the HTTP tries under that span
 --   (backend, last try's status, tries, rate-limited tries);
--- - an outbound HTTP request to a generation route (http_requests.model_endpoint) that no
---   gym.model.* span accounts for and that leaves the traced deployment (not internal): e.g.
---   a model server traced without the model_call span group, or any other client.
+-- - 'genai' / 'openinference': an instrumented LLM client's call span (llm_calls), with the HTTP
+--   tries under it where the client's HTTP library is traced too (then backend, backend_url,
+--   tries and the last try's status come from them, as for Gym); a call span under another
+--   call span is that call's, not a row of its own;
+-- - 'http': an outbound HTTP request to a generation route (http_requests.model_endpoint) that
+--   no call span accounts for and that leaves the traced deployment (not internal): e.g. a
+--   model server traced without the model_call span group, or any other client.
 -- Gym's agent -> model-server hop is internal (the model server's own span is the call), so one
 -- call is one row. capture_key is the Gym rollout (rid or rid-aN), rollout_id and gym_attempt
--- its parts. outcome: ok | error (a failed span or a status >= 400) | open.
+-- its parts. outcome: ok | error (a failed span or a status >= 400) | open. http_status: the
+-- last try's, else what the call span says (llm_calls.http_status). error_type: error.type, or
+-- the exception a call raised (llm_calls). backend: the last try's scheme://host:port, else the
+-- call span's server.address:server.port. unread_attributes: the attributes of the call whose
+-- value is not of its type (llm_calls).
+-- The engine's side, where the engine's own record of the call is in the same trace
+-- (engine_requests: vLLM's llm_request, a child of the call span or of one of its tries; the
+-- latest such): engine_service / engine_instance say which engine served it, engine_request_id
+-- the engine's id, engine_queue_s, engine_ttft_s, engine_prefill_s, engine_decode_s,
+-- engine_e2e_s its latencies (s), engine_prompt_tokens / engine_completion_tokens its counts,
+-- engine_finish_reason why it stopped.
 CREATE OR REPLACE VIEW model_calls AS
 WITH served AS (
     SELECT * FROM all_spans
     WHERE name IN ('gym.model.responses', 'gym.model.chat_completions', 'gym.model.messages')
 ),
-tries AS (  -- backend tries under a served call: same process, so the parent link holds
+-- client call spans that no other call span holds (a GenAI span under an OpenInference one
+-- is one call)
+llm AS (
+    SELECT l.* FROM llm_calls l
+    WHERE NOT EXISTS (SELECT 1 FROM llm_calls p
+                      WHERE p.run_id = l.run_id AND p.trace_id = l.trace_id
+                        AND p.span_id = l.parent_span_id)
+      AND NOT EXISTS (SELECT 1 FROM served p
+                      WHERE p.run_id = l.run_id AND p.trace_id = l.trace_id
+                        AND p.span_id = l.parent_span_id)
+),
+callers AS (
+    SELECT run_id, trace_id, span_id FROM served
+    UNION ALL
+    SELECT run_id, trace_id, span_id FROM llm
+),
+-- the engine's record of a call: an engine request under the call's span (an http row's span
+-- included), or under one of its HTTP tries; the latest one
+engine AS (
+    SELECT e.*, e.parent_span_id AS call_span_id
+    FROM engine_requests e
+    UNION ALL
+    SELECT e.*, h.parent_span_id AS call_span_id
+    FROM engine_requests e
+    JOIN all_spans h  -- an HTTP try: a CLIENT span with a URL
+        ON h.run_id = e.run_id AND h.trace_id = e.trace_id AND h.span_id = e.parent_span_id
+       AND h.kind = 'CLIENT' AND h.url IS NOT NULL
+),
+engine_of AS (
+    SELECT * FROM engine
+    QUALIFY row_number() OVER (PARTITION BY run_id, trace_id, call_span_id
+                               ORDER BY start_ns DESC, span_id) = 1
+),
+tries AS (  -- backend tries under a call: same process, so the parent link holds
     SELECT h.run_id, h.trace_id, h.parent_span_id,
            count(*) AS tries,
            count(*) FILTER (WHERE h.http_status IN (429, 502, 503, 504, 520)) AS rate_limited,
@@ -26,8 +73,8 @@ tries AS (  -- backend tries under a served call: same process, so the parent li
            max(h.output_tokens) AS output_tokens,
            max(h.model) AS model
     FROM http_requests h
-    JOIN served s ON s.run_id = h.run_id AND s.trace_id = h.trace_id
-                 AND s.span_id = h.parent_span_id
+    JOIN callers s ON s.run_id = h.run_id AND s.trace_id = h.trace_id
+                  AND s.span_id = h.parent_span_id
     GROUP BY h.run_id, h.trace_id, h.parent_span_id
 ),
 calls AS (
@@ -46,10 +93,41 @@ calls AS (
                  t.output_tokens) AS output_tokens,
         coalesce(s.attributes->>'gen_ai.request.model', t.model) AS model,
         s.attributes->>'nemo.gym.model_request.id' AS request_id,
-        s.is_open
+        s.is_open,
+        s.parent_span_id,
+        -- Gym's spans carry no provider or error.type; its token attributes are read above
+        -- (the same expressions, computed once)
+        CAST(NULL AS VARCHAR) AS provider,
+        CAST(NULL AS VARCHAR) AS error_type,
+        nullif(concat_ws(', ',
+            CASE WHEN s.attributes->>'gen_ai.usage.input_tokens' IS NOT NULL
+                      AND TRY_CAST(s.attributes->>'gen_ai.usage.input_tokens' AS BIGINT) IS NULL
+                 THEN 'gen_ai.usage.input_tokens='
+                      || (s.attributes->'gen_ai.usage.input_tokens') END,
+            CASE WHEN s.attributes->>'gen_ai.usage.output_tokens' IS NOT NULL
+                      AND TRY_CAST(s.attributes->>'gen_ai.usage.output_tokens' AS BIGINT) IS NULL
+                 THEN 'gen_ai.usage.output_tokens='
+                      || (s.attributes->'gen_ai.usage.output_tokens') END), '')
+            AS unread_attributes
     FROM served s
     LEFT JOIN tries t
         ON t.run_id = s.run_id AND t.trace_id = s.trace_id AND t.parent_span_id = s.span_id
+    UNION ALL
+    SELECT
+        l.run_id, l.trace_id, l.span_id, l.source, l.name, l.service, l.server_name,
+        l.capture_key,
+        l.start_ns, l.end_ns, l.status_code, l.status_message,
+        coalesce(t.target, l.backend), t.url, coalesce(t.http_status, l.http_status),
+        coalesce(t.tries, 0),
+        coalesce(t.rate_limited,
+                 CASE WHEN l.http_status IN (429, 502, 503, 504, 520) THEN 1 ELSE 0 END),
+        t.backend_s,
+        coalesce(l.input_tokens, t.input_tokens), coalesce(l.output_tokens, t.output_tokens),
+        coalesce(l.model, t.model), l.request_id, l.is_open,
+        l.parent_span_id, l.provider, l.error_type, l.unread_attributes
+    FROM llm l
+    LEFT JOIN tries t
+        ON t.run_id = l.run_id AND t.trace_id = l.trace_id AND t.parent_span_id = l.span_id
     UNION ALL
     SELECT
         h.run_id, h.trace_id, h.span_id, 'http' AS source, 'HTTP ' || h.method, h.service,
@@ -59,44 +137,65 @@ calls AS (
         h.target, h.url, h.http_status,
         1, CASE WHEN h.http_status IN (429, 502, 503, 504, 520) THEN 1 ELSE 0 END,
         h.duration_s, h.input_tokens, h.output_tokens, h.model,
-        CAST(NULL AS VARCHAR), h.is_open
+        CAST(NULL AS VARCHAR), h.is_open,
+        h.parent_span_id, CAST(NULL AS VARCHAR), CAST(NULL AS VARCHAR), CAST(NULL AS VARCHAR)
     FROM http_requests h
     WHERE h.model_endpoint AND NOT h.internal
       AND NOT EXISTS (SELECT 1 FROM served s
                       WHERE s.run_id = h.run_id AND s.trace_id = h.trace_id
                         AND s.span_id = h.parent_span_id)
+      AND NOT EXISTS (SELECT 1 FROM llm_calls s
+                      WHERE s.run_id = h.run_id AND s.trace_id = h.trace_id
+                        AND s.span_id = h.parent_span_id)
 )
 SELECT
-    run_id,
-    trace_id,
-    span_id,
-    source,
-    name,
-    service,
-    server_name,
-    capture_key,
-    CASE WHEN regexp_matches(capture_key, '-a[0-9]+$')
-         THEN regexp_extract(capture_key, '^(.+)-a[0-9]+$', 1) ELSE capture_key END
+    c.run_id,
+    c.trace_id,
+    c.span_id,
+    c.source,
+    c.name,
+    c.service,
+    c.server_name,
+    c.capture_key,
+    CASE WHEN regexp_matches(c.capture_key, '-a[0-9]+$')
+         THEN regexp_extract(c.capture_key, '^(.+)-a[0-9]+$', 1) ELSE c.capture_key END
         AS rollout_id,
-    CASE WHEN capture_key IS NULL THEN NULL
-         ELSE coalesce(TRY_CAST(regexp_extract(capture_key, '-a([0-9]+)$', 1) AS INTEGER), 0)
+    CASE WHEN c.capture_key IS NULL THEN NULL
+         ELSE coalesce(TRY_CAST(regexp_extract(c.capture_key, '-a([0-9]+)$', 1) AS INTEGER), 0)
     END AS gym_attempt,
-    start_ns,
-    end_ns,
-    (end_ns - start_ns) / 1e9 AS duration_s,
-    CASE WHEN end_ns IS NULL THEN 'open'
-         WHEN status_code = 'ERROR' OR http_status >= 400 THEN 'error'
+    c.start_ns,
+    c.end_ns,
+    (c.end_ns - c.start_ns) / 1e9 AS duration_s,
+    CASE WHEN c.end_ns IS NULL THEN 'open'
+         WHEN c.status_code = 'ERROR' OR c.http_status >= 400 THEN 'error'
          ELSE 'ok' END AS outcome,
-    http_status,
-    status_message AS error,
-    backend,
-    backend_url,
-    tries,
-    rate_limited,
-    backend_s,
-    input_tokens,
-    output_tokens,
-    model,
-    request_id,
-    is_open
-FROM calls
+    c.http_status,
+    c.status_message AS error,
+    c.backend,
+    c.backend_url,
+    c.tries,
+    c.rate_limited,
+    c.backend_s,
+    c.input_tokens,
+    c.output_tokens,
+    c.model,
+    c.request_id,
+    c.is_open,
+    c.parent_span_id,
+    c.provider,
+    c.error_type,
+    c.unread_attributes,
+    e.engine_service,
+    e.engine_instance,
+    e.request_id AS engine_request_id,
+    e.queue_s AS engine_queue_s,
+    e.ttft_s AS engine_ttft_s,
+    e.prefill_s AS engine_prefill_s,
+    e.decode_s AS engine_decode_s,
+    e.e2e_s AS engine_e2e_s,
+    e.prompt_tokens AS engine_prompt_tokens,
+    e.completion_tokens AS engine_completion_tokens,
+    e.finish_reason AS engine_finish_reason
+FROM calls c
+LEFT JOIN engine_of e
+    ON e.run_id = c.run_id AND e.trace_id = c.trace_id AND e.call_span_id = c.span_id
