@@ -240,6 +240,12 @@ class Attr:
 
     # The RL Logger's step on a metric data point sent over OTLP (docs/domain/telemetry.md#nemo-rl)
     METRIC_STEP = "rl.step"
+    # NeMo-RL's own telemetry (nemo_rl/telemetry) on rl.grpo.collect_rollouts: the policy
+    # version a batch is generated with, the trainer version (step) it is collected for, and
+    # its prompt groups
+    RL_WEIGHT_VERSION = "rl.weight_version"
+    RL_TARGET_WEIGHT_VERSION = "rl.target_weight_version"
+    RL_NUM_PROMPT_GROUPS = "rl.num_prompt_groups"
 
     # Faults a replay injected (what a live run cannot know: the ground truth of a fault)
     FAULT_KIND = "rolloutscope.fault.kind"
@@ -344,6 +350,9 @@ class SpanName:
     RL_TRAIN_STEP = "rl.train_step"  # TRAIN_STEP
     RL_GYM_ACK = "rl.gym.ack"  # ACK_RECEIPTS, ACK_OUTCOME
     RL_STALL_WATCHDOG_TICK = "rl.stall_watchdog.tick"
+    # NeMo-RL's own telemetry: one batch the trajectory collector gathers for one weight
+    # version: RL_WEIGHT_VERSION, RL_TARGET_WEIGHT_VERSION, RL_NUM_PROMPT_GROUPS
+    RL_GRPO_COLLECT_ROLLOUTS = "rl.grpo.collect_rollouts"
     # an instant standing for one imported controller log line whose live span cannot be known
     # from the log (a row re-dispatch names no prompt); it carries that line's event
     LOG_LINE = "rolloutscope.log_line"
