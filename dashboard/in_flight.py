@@ -34,12 +34,13 @@ from bokeh.plotting import figure
 from rolloutscope.dashboard import style
 from rolloutscope.dashboard import time_figures as tf
 from rolloutscope.dashboard.datastore import DataStore
-from rolloutscope.dashboard.shared import timed_frame
+from rolloutscope.dashboard.shared import DEFAULT_READ_TIMEOUT_S, timed_frame
 from rolloutscope.dashboard.tabs import CSS, View, empty_note, key_pane, plot_title, text_table
 
 S = 1e9
 BOARD_ROWS = 200  # rows the board lists at most: the oldest in flight
 WINDOW_S = 300.0  # how far back a board read looks for finished spans and events
+WINDOW_ROWS = 200_000  # ... and among how many of the last committed (a single-file store)
 STALENESS_EVERY_S = 15.0  # the staleness view is re-read at most this often while live
 BOARD_COLUMNS = ("rollout", "try", "phase", "age (s)", "deadline left (s)", "engine",
                  "last progress", "since (s)", "trace_id")
@@ -76,16 +77,20 @@ def board_now(data: DataStore) -> int:
     return max(seen, time.time_ns()) if data.live else seen
 
 
-def read_board(data: DataStore, now_ns: int, *, limit: int = BOARD_ROWS,
-               window_s: float = WINDOW_S) -> tuple[pd.DataFrame, int]:
-    """The ``limit`` oldest rollouts in flight of the shown run (``in_flight_of``, with the
-    finished spans and events of ``window_s`` before ``now_ns``) and how many are in flight in
-    all."""
+def read_board(store, run_id: str, now_ns: int, *, limit: int = BOARD_ROWS,
+               window_s: float = WINDOW_S, window_rows: int | None = WINDOW_ROWS,
+               timeout_s: float = DEFAULT_READ_TIMEOUT_S) -> tuple[pd.DataFrame, int]:
+    """The ``limit`` oldest rollouts in flight of run ``run_id`` (``in_flight_of``: its open
+    markers, and the finished spans and events of the last ``window_s`` before ``now_ns``
+    among the last ``window_rows`` committed; a lake, whose row ids are no commit order, is
+    bounded by time alone) and how many are in flight in all."""
+    rows_back = None if store.is_lake else window_rows
     sql = (f"SELECT *, count(*) OVER () AS in_flight_total "
-           f"FROM in_flight_of(?, ?) ORDER BY start_ns, span_id LIMIT {int(limit)}")
+           f"FROM in_flight_of(?, ?, rows_back := ?) ORDER BY start_ns, span_id "
+           f"LIMIT {int(limit)}")
     floor = now_ns - int(window_s * S)
-    rows = timed_frame(data.store, sql, [data.run_id, floor], data.read_timeout_s,
-                       what=f"the rollouts in flight of run {data.run_id}")
+    rows = timed_frame(store, sql, [run_id, floor, rows_back], timeout_s,
+                       what=f"the rollouts in flight of run {run_id}")
     total = int(rows.in_flight_total.iloc[0]) if len(rows) else 0
     return rows.drop(columns="in_flight_total"), total
 
@@ -292,7 +297,7 @@ class InFlight(View):
             return
         started = time.perf_counter()
         now = board_now(d)
-        rows, total = read_board(d, now)
+        rows, total = read_board(d.store, d.run_id, now, timeout_s=d.read_timeout_s)
         shown = board_rows(self.order.arrange(rows), now)
         self.board_ms = (time.perf_counter() - started) * 1e3
         self._board.value = shown

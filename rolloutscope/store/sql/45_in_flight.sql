@@ -20,11 +20,14 @@
 --   (<capture key>.g<execution generation>.t<turn>); server_name: the Gym server of its rollout.
 -- - last_name, last_ns: the newest progress of the rollout: the latest start of one of its open
 --   intervals, end of one of its spans, or one of its events.
--- in_flight_of(run, floor_ns): the rows of run (NULL: every run); floor_ns bounds the window the
--- finished spans and the events are read from (those ending at or after it: a live reader passes
--- a few minutes before now, so a tick reads the recent spans and the open markers, not the run).
--- NULL reads every span.
-CREATE OR REPLACE MACRO in_flight_of(run, floor_ns) AS TABLE
+-- in_flight_of(run, floor_ns, rows_back): the rows of run (NULL: every run); floor_ns bounds the
+-- window the finished spans and the events are read from (those ending at or after it: a live
+-- reader passes a few minutes before now). rows_back, where the store's row ids are its commit
+-- order (a single file, not a lake), bounds it too: only the spans and events among the last
+-- rows_back committed are read, so a tick reads the open markers and the recent rows, never the
+-- run, however its spans lie in the file (a collector appends them as they end; an import or a
+-- generator may not). NULL (both): every span and event.
+CREATE OR REPLACE MACRO in_flight_of(run, floor_ns, rows_back := NULL) AS TABLE
 WITH open AS (
     SELECT * FROM open_spans WHERE run IS NULL OR run_id = run
 ),
@@ -54,6 +57,7 @@ recent AS (
            attributes->>'nemo.rl.gen.backend.url' AS backend_url
     FROM spans
     WHERE (run IS NULL OR run_id = run) AND (floor_ns IS NULL OR end_ns >= floor_ns)
+      AND rowid >= coalesce((SELECT count(*) FROM spans) - rows_back, 0)
 ),
 recent_parts AS (
     SELECT run_id, CASE WHEN prompt_idx IS NOT NULL THEN 'p' || prompt_idx
@@ -66,6 +70,7 @@ recent_events AS (
                         ELSE 'r' || rollout_id END AS key, name, ts_ns
     FROM span_events
     WHERE (run IS NULL OR run_id = run) AND (floor_ns IS NULL OR ts_ns >= floor_ns)
+      AND rowid >= coalesce((SELECT count(*) FROM span_events) - rows_back, 0)
       AND (prompt_idx IS NOT NULL OR rollout_id IS NOT NULL)
 ),
 -- the capture keys each rollout's rows run under (its open executions and Gym rollouts)
