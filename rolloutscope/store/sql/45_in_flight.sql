@@ -4,8 +4,8 @@
 -- has an open marker (open_spans: a live process announces each interval as it starts, and the
 -- writer deletes the marker when the span ends), so the rows come from the open markers alone,
 -- whatever the run's size.
--- - rollout_id, prompt_idx, start_ns: the rollout span's. attempt: the RL try now running, else
---   the newest one in the window; tries: the tries seen (open, or ended in the window).
+-- - rollout_id, prompt_idx, start_ns: the rollout span's. attempt: the RL try (0-based) now
+--   running, else the newest one that ended in the window.
 -- - phase, from the rollout's open intervals: 'parked by snapshot <checkpoint id>'
 --   (gym.agent.parked), 'verifying' (gym.verify), 'generating' (an agent execution, a Gym
 --   rollout or a model call of it is open), 'dispatched' (an RL try is open, none of those is),
@@ -19,15 +19,15 @@
 --   (rl.router.request) for one of its rows, matched by the model call id
 --   (<capture key>.g<execution generation>.t<turn>); server_name: the Gym server of its rollout.
 -- - last_name, last_ns: the newest progress of the rollout: the latest start of one of its open
---   intervals, end of one of its spans, or one of its events.
+--   intervals, end of one of its spans (its router requests included), or one of its events.
 -- in_flight_of(run, floor_ns, rows_back): the rows of run (NULL: every run); floor_ns bounds the
 -- window the finished spans and the events are read from (those ending at or after it: a live
 -- reader passes a few minutes before now). rows_back, where the store's row ids are its commit
 -- order (a single file, not a lake), bounds it too: only the spans and events among the last
 -- rows_back committed are read, so a tick reads the open markers and the recent rows, never the
 -- run, however its spans lie in the file (a collector appends them as they end; an import or a
--- generator may not). NULL (both): every span and event.
-CREATE OR REPLACE MACRO in_flight_of(run, floor_ns, rows_back := NULL) AS TABLE
+-- generator may not). floor_ns NULL, rows_back 0 or NULL (the default): every span and event.
+CREATE OR REPLACE MACRO in_flight_of(run, floor_ns, rows_back := 0) AS TABLE
 WITH open AS (
     SELECT * FROM open_spans WHERE run IS NULL OR run_id = run
 ),
@@ -57,7 +57,8 @@ recent AS (
            attributes->>'nemo.rl.gen.backend.url' AS backend_url
     FROM spans
     WHERE (run IS NULL OR run_id = run) AND (floor_ns IS NULL OR end_ns >= floor_ns)
-      AND rowid >= coalesce((SELECT count(*) FROM spans) - rows_back, 0)
+      AND rowid >= CASE WHEN rows_back > 0 THEN (SELECT count(*) FROM spans) - rows_back
+                          ELSE 0 END
 ),
 recent_parts AS (
     SELECT run_id, CASE WHEN prompt_idx IS NOT NULL THEN 'p' || prompt_idx
@@ -70,7 +71,8 @@ recent_events AS (
                         ELSE 'r' || rollout_id END AS key, name, ts_ns
     FROM span_events
     WHERE (run IS NULL OR run_id = run) AND (floor_ns IS NULL OR ts_ns >= floor_ns)
-      AND rowid >= coalesce((SELECT count(*) FROM span_events) - rows_back, 0)
+      AND rowid >= CASE WHEN rows_back > 0 THEN (SELECT count(*) FROM span_events) - rows_back
+                          ELSE 0 END
       AND (prompt_idx IS NOT NULL OR rollout_id IS NOT NULL)
 ),
 -- the capture keys each rollout's rows run under (its open executions and Gym rollouts)
@@ -81,7 +83,8 @@ capture_keys AS (
 routed AS (
     SELECT c.run_id, c.key,
            arg_max(r.shard_idx, r.end_ns) AS shard_idx,
-           arg_max(r.backend_url, r.end_ns) AS backend_url
+           arg_max(r.backend_url, r.end_ns) AS backend_url,
+           max(r.end_ns) AS routed_ns
     FROM recent r
     JOIN capture_keys c
         ON c.run_id = r.run_id
@@ -103,7 +106,6 @@ opened AS (
            arg_max(TRY_CAST(attributes->>'nemo.rl.deadline.budget_s' AS DOUBLE), start_ns)
                FILTER (WHERE name = 'rl.deadline'
                          AND (attributes->>'nemo.rl.deadline.kind') = 'rollout') AS budget_s,
-           count(DISTINCT attempt) FILTER (WHERE name = 'rl.rollout.attempt') AS open_tries,
            arg_max(name, start_ns) AS open_name,
            max(start_ns) AS open_ns
     FROM open_parts
@@ -112,7 +114,6 @@ opened AS (
 ended AS (
     SELECT run_id, key,
            max(attempt) FILTER (WHERE name = 'rl.rollout.attempt') AS ended_attempt,
-           count(DISTINCT attempt) FILTER (WHERE name = 'rl.rollout.attempt') AS ended_tries,
            arg_max(name, end_ns) AS ended_name,
            max(end_ns) AS ended_ns
     FROM recent_parts
@@ -129,13 +130,13 @@ fences AS (
     GROUP BY run_id
 ),
 progress AS (
-    -- the newest of the three: a start of an open interval, an end of a span, an event
+    -- the newest of: a start of an open interval, an end of a span, an event, a routed call
     SELECT r.*, o.open_attempt, o.try_open, o.parked_by, o.verifying, o.generating,
-           o.deadline_start_ns, o.budget_s, o.open_tries, e.ended_attempt, e.ended_tries,
-           greatest(coalesce(o.open_ns, r.start_ns), coalesce(e.ended_ns, r.start_ns),
-                    coalesce(v.event_ns, r.start_ns), r.start_ns) AS last_ns,
-           CASE greatest(coalesce(o.open_ns, r.start_ns), coalesce(e.ended_ns, r.start_ns),
-                         coalesce(v.event_ns, r.start_ns), r.start_ns)
+           o.deadline_start_ns, o.budget_s, e.ended_attempt,
+           g.shard_idx, g.backend_url,
+           greatest(r.start_ns, o.open_ns, e.ended_ns, v.event_ns, g.routed_ns) AS last_ns,
+           CASE greatest(r.start_ns, o.open_ns, e.ended_ns, v.event_ns, g.routed_ns)
+               WHEN g.routed_ns THEN 'rl.router.request ended'
                WHEN e.ended_ns THEN e.ended_name || ' ended'
                WHEN v.event_ns THEN v.event_name
                WHEN o.open_ns THEN o.open_name || ' started'
@@ -146,6 +147,7 @@ progress AS (
     LEFT JOIN opened o ON o.run_id = r.run_id AND o.key = r.key
     LEFT JOIN ended e ON e.run_id = r.run_id AND e.key = r.key
     LEFT JOIN evented v ON v.run_id = r.run_id AND v.key = r.key
+    LEFT JOIN routed g ON g.run_id = r.run_id AND g.key = r.key
 )
 SELECT
     p.run_id,
@@ -153,7 +155,6 @@ SELECT
     p.rollout_id,
     p.prompt_idx,
     coalesce(p.open_attempt, p.ended_attempt) AS attempt,
-    greatest(coalesce(p.open_tries, 0), coalesce(p.ended_tries, 0)) AS tries,
     p.start_ns,
     CASE WHEN p.parked_by IS NOT NULL THEN 'parked by snapshot ' || p.parked_by
          WHEN p.verifying THEN 'verifying'
@@ -166,15 +167,14 @@ SELECT
     END AS phase,
     p.deadline_start_ns,
     p.budget_s,
-    g.shard_idx,
-    g.backend_url,
+    p.shard_idx,
+    p.backend_url,
     p.server_name,
     p.last_name,
     p.last_ns,
     p.trace_id,
     p.span_id
 FROM progress p
-LEFT JOIN routed g ON g.run_id = p.run_id AND g.key = p.key
 LEFT JOIN fences f ON f.run_id = p.run_id;
 
 CREATE OR REPLACE VIEW in_flight AS
