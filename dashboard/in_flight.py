@@ -252,7 +252,7 @@ class InFlight(View):
         self.order = BoardOrder()
         self.board_ms = 0.0  # what the last board read took
         self._board = text_table(board_rows(pd.DataFrame(), 0), page_size=BOARD_ROWS,
-                                 pagination=None, height=420)
+                                 pagination=None, height=420, css_classes=["rs-board"])
         self._board_note = pn.pane.HTML(stylesheets=[CSS], sizing_mode="stretch_width")
         self._stale_at = -np.inf
         self._stale_run: object = None
@@ -265,6 +265,7 @@ class InFlight(View):
         self._dropped = text_table(dropped_rows(_no_staleness(), 0), page_size=5)
         self._stale_note = pn.pane.HTML(stylesheets=[CSS], sizing_mode="stretch_width")
         self._stale_part = pn.Column(sizing_mode="stretch_width")
+        self._stale_shape: tuple | None = None
         if self.shown:
             self.redraw()
         self.param.watch(self._on_shown, "shown")
@@ -332,7 +333,10 @@ class InFlight(View):
         self._dropped.value = dropped_rows(s, t0)
         n = trained(s)
         self._stale_note.object = _staleness_text(s, n, dist)
-        self._stale_part[:] = self._staleness_parts(s)
+        shape = (bool(len(s)), bool((s.unit == "aborted").any()) if len(s) else False)
+        if shape != self._stale_shape:  # the parts on the page change only with what they show
+            self._stale_shape = shape
+            self._stale_part[:] = self._staleness_parts(s)
 
     def _staleness_parts(self, s: pd.DataFrame) -> list:
         if not len(s):
