@@ -108,7 +108,7 @@ def board_rows(rows: pd.DataFrame, now_ns: int) -> pd.DataFrame:
                       rows.server_name.fillna("").astype(str))
     return pd.DataFrame({
         "rollout": rows.rollout_id.astype(str).to_numpy(),
-        "try": rows.attempt.astype("Int64").to_numpy(),
+        "try": whole(rows.attempt),
         "phase": rows.phase.astype(str).to_numpy(),
         "age (s)": ((now_ns - rows.start_ns) / S).round(1).to_numpy(),
         "deadline left (s)": (budget - since_deadline).round(1).to_numpy(),
@@ -169,28 +169,35 @@ def dropped_rows(staleness: pd.DataFrame, t0_ns: int) -> pd.DataFrame:
     a = staleness[staleness.unit == "aborted"]
     return pd.DataFrame({
         "at (s)": ((a.start_ns - t0_ns) / S).round(3).to_numpy(),
-        "groups": a.groups.astype("Int64").to_numpy(),
-        "sync to version": a.trained_version.astype("Int64").to_numpy(),
+        "groups": whole(a.groups),
+        "sync to version": whole(a.trained_version),
         "reason": a.reason.fillna("").astype(str).to_numpy()})
 
 
 def try_rows(staleness: pd.DataFrame, t0_ns: int, limit: int = 2000) -> pd.DataFrame:
-    """Per try and batch (the newest ``limit``): the version it was generated with, where that
-    came from, the step and version it was trained at and the lag."""
-    s = staleness[staleness.unit != "aborted"].tail(limit)
+    """Per try and batch (the newest ``limit``, newest first): the version it was generated
+    with, where that came from, the step and version it was trained at and the lag."""
+    s = staleness[staleness.unit != "aborted"].tail(limit).iloc[::-1]
     return pd.DataFrame({
         "unit": s.unit.astype(str).to_numpy(),
         "rollout": s.rollout_id.fillna("").astype(str).to_numpy(),
-        "try": s.attempt.astype("Int64").to_numpy(),
+        "try": whole(s.attempt),
         "end (s)": ((s.end_ns - t0_ns) / S).round(3).to_numpy(),
         "outcome": s.outcome.astype(str).to_numpy(),
-        "weights": s.weight_version.astype("Int64").to_numpy(),
+        "weights": whole(s.weight_version),
         "weights from": s.weight_version_from.fillna("").astype(str).to_numpy(),
-        "train step": s.train_step.astype("Int64").to_numpy(),
-        "trainer version": s.trained_version.astype("Int64").to_numpy(),
-        "lag": s.lag.astype("Int64").to_numpy(),
-        "groups": s.groups.astype("Int64").to_numpy(),
+        "train step": whole(s.train_step),
+        "trainer version": whole(s.trained_version),
+        "lag": whole(s.lag),
+        "groups": whole(s.groups),
         "trace_id": s.trace_id.fillna("").astype(str).to_numpy()})
+
+
+def whole(column: pd.Series) -> np.ndarray:
+    """Whole numbers as text, '' where missing (a table shows a missing whole number as a
+    float's NaN, and the others of its column as floats)."""
+    n = pd.to_numeric(column, errors="coerce").astype("Int64")
+    return n.astype(str).where(n.notna(), "").to_numpy(dtype=object)
 
 
 def staleness_layers(staleness: pd.DataFrame, *, t0_ns: int, now_ns: int) -> tf.Plot:
@@ -208,7 +215,7 @@ def staleness_layers(staleness: pd.DataFrame, *, t0_ns: int, now_ns: int) -> tf.
         "step": t.train_step.astype("float64"),
         "what": t.unit.astype(str) + " " + t.rollout_id.fillna("").astype(str),
         "marker": np.where(t.unit == "batch", "diamond", "circle"),
-        "size": np.where(t.unit == "batch", 11.0, 6.0)})
+        "size": np.where(t.unit == "batch", 12.0, 8.0)})
     versions = points.sort_values("t")
     a = staleness[staleness.unit == "aborted"]
     aborts = pd.DataFrame({"t": ((a.start_ns - t0_ns) / S).astype("float64"),
