@@ -1,6 +1,6 @@
 """The In flight tab: the live wait board (what is in flight now) and the run's staleness.
 
-The wait board lists the rollouts in flight (the store's ``in_flight_of`` macro: the open
+The wait board lists the rollouts in flight (the store's ``in_flight_window`` macro: the open
 markers, and the finished spans and events of the last ``WINDOW_S``), at most ``BOARD_ROWS``
 of them, the oldest, with a count of the rest. Its order holds still while rollouts stream past
 (``BoardOrder``): a row keeps its place until its rollout finishes, finished ones leave, new ones
@@ -80,13 +80,13 @@ def board_now(data: DataStore) -> int:
 def read_board(store, run_id: str, now_ns: int, *, limit: int = BOARD_ROWS,
                window_s: float = WINDOW_S, window_rows: int | None = WINDOW_ROWS,
                timeout_s: float = DEFAULT_READ_TIMEOUT_S) -> tuple[pd.DataFrame, int]:
-    """The ``limit`` oldest rollouts in flight of run ``run_id`` (``in_flight_of``: its open
+    """The ``limit`` oldest rollouts in flight of run ``run_id`` (``in_flight_window``: its open
     markers, and the finished spans and events of the last ``window_s`` before ``now_ns``
     among the last ``window_rows`` committed; a lake, whose row ids are no commit order, is
     bounded by time alone) and how many are in flight in all."""
     rows_back = None if store.is_lake else window_rows
     sql = (f"SELECT *, count(*) OVER () AS in_flight_total "
-           f"FROM in_flight_of(?, ?, rows_back := ?) ORDER BY start_ns, span_id "
+           f"FROM in_flight_window(?, ?, ?) ORDER BY start_ns, span_id "
            f"LIMIT {int(limit)}")
     floor = now_ns - int(window_s * S)
     rows = timed_frame(store, sql, [run_id, floor, rows_back], timeout_s,

@@ -1,6 +1,6 @@
-"""The wait board's view ``in_flight`` (in_flight_of): the rollouts in flight, each with its phase,
-deadline, engine and last progress, from the open markers and a recent window; and that its read
-on a run ten times larger reads the same window, not the run.
+"""The wait board's view ``in_flight`` (``in_flight_window``): the rollouts in flight, each with
+its phase, deadline, engine and last progress, from the open markers and a recent window; and
+that its read on a run ten times larger reads the same window, not the run.
 
 Spans come from the real OTel SDK and the in-process exporter (``SpanKit``), in the names the
 controller and Gym spans carry; open intervals announce themselves with start markers as a live
@@ -34,7 +34,7 @@ def rl_rollout(kit, idx: int, start_s: float, *, attempt_open: bool = True):
 
 def board(store: RunStore, floor_s: float | None, rows_back: int | None = None) -> dict:
     rows = store.query_frame(
-        "SELECT * FROM in_flight_of('run-1', ?, rows_back := ?) ORDER BY start_ns",
+        "SELECT * FROM in_flight_window('run-1', ?, ?) ORDER BY start_ns",
         [None if floor_s is None else T0 + int(floor_s * S), rows_back])
     return {r.rollout_id: r for r in rows.itertuples()}
 
@@ -154,7 +154,7 @@ def window_read(path, now: int) -> tuple[list, dict]:
     """The board's rows and, from DuckDB's profile of the same read, the rows each scan of the
     spans and events tables passed on."""
     sql = ("SELECT rollout_id, attempt, phase, start_ns, last_name, last_ns "
-           "FROM in_flight_of('synthetic', ?, rows_back := 200000) ORDER BY start_ns")
+           "FROM in_flight_window('synthetic', ?, 200000) ORDER BY start_ns")
     floor = now - 300 * S
     with RunStore(path, read_only=True) as store, store.cursor() as con:
         rows = con.execute(sql, [floor]).fetchall()
@@ -186,8 +186,10 @@ def test_a_run_ten_times_larger_reads_the_same_window(tmp_path):
     rows_large, scans_large = window_read(large, now_large)
     assert len(rows_small) == len(rows_large) == IN_FLIGHT
     # the same rollouts, phases and progress, relative to each run's now
-    rel = lambda rows, now: [(r[0], r[1], r[2], now - r[3], r[4], now - r[5]) for r in rows]  # noqa: E731
-    assert rel(rows_small, now_small) == rel(rows_large, now_large)
+    def relative(rows, now):
+        return [(r[0], r[1], r[2], now - r[3], r[4], now - r[5]) for r in rows]
+
+    assert relative(rows_small, now_small) == relative(rows_large, now_large)
     with RunStore(large, read_only=True) as store:
         spans, events = store.query("SELECT (SELECT count(*) FROM spans), "
                                     "(SELECT count(*) FROM span_events)")[0]

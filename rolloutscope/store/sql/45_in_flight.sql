@@ -20,14 +20,14 @@
 --   (<capture key>.g<execution generation>.t<turn>); server_name: the Gym server of its rollout.
 -- - last_name, last_ns: the newest progress of the rollout: the latest start of one of its open
 --   intervals, end of one of its spans (its router requests included), or one of its events.
--- in_flight_of(run, floor_ns, rows_back): the rows of run (NULL: every run); floor_ns bounds the
--- window the finished spans and the events are read from (those ending at or after it: a live
--- reader passes a few minutes before now). rows_back, where the store's row ids are its commit
+-- in_flight_window(run, floor_ns, rows_back): the rows of run (NULL: every run); floor_ns bounds
+-- the window the finished spans and the events are read from (those ending at or after it: a
+-- live reader passes a few minutes before now). rows_back, where the store's row ids are its commit
 -- order (a single file, not a lake), bounds it too: only the spans and events among the last
 -- rows_back committed are read, so a tick reads the open markers and the recent rows, never the
 -- run, however its spans lie in the file (a collector appends them as they end; an import or a
--- generator may not). floor_ns NULL, rows_back 0 or NULL (the default): every span and event.
-CREATE OR REPLACE MACRO in_flight_of(run, floor_ns, rows_back := 0) AS TABLE
+-- generator may not). floor_ns NULL and rows_back 0 or NULL: every span and event.
+CREATE OR REPLACE MACRO in_flight_window(run, floor_ns, rows_back) AS TABLE
 WITH open AS (
     SELECT * FROM open_spans WHERE run IS NULL OR run_id = run
 ),
@@ -178,4 +178,4 @@ FROM progress p
 LEFT JOIN fences f ON f.run_id = p.run_id;
 
 CREATE OR REPLACE VIEW in_flight AS
-SELECT * FROM in_flight_of(NULL, NULL)
+SELECT * FROM in_flight_window(NULL, NULL, 0)
