@@ -40,7 +40,7 @@ from pathlib import Path
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from rolloutscope.cli.serve import DASHBOARD_READY_PREFIX, READY_PREFIX
-from rolloutscope.collectors.client import CollectorClient
+from rolloutscope.store.remote import CollectorClient
 from rolloutscope.collectors.otlp.encode import fill_attributes
 from rolloutscope.vocabulary import Attr, ResourceAttr
 

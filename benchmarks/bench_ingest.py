@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_collector import SPANS_PER_BATCH, drive  # noqa: E402
 
-from rolloutscope.collectors.client import CollectorClient  # noqa: E402
+from rolloutscope.store.remote import CollectorClient  # noqa: E402
 
 # name, environment, commit delay bound (ms), commit when idle, freeze the set-up heap
 VARIANTS = (("python, 50 ms", {"ROLLOUTSCOPE_PYTHON_DECODER": "1"}, 50.0, False, False),

@@ -8,11 +8,15 @@ is decided on DuckDB's own parse of the statement that will run, never on its te
    SELECTs to DuckDB; ``PRAGMA``, ``CALL``, ``SET`` are not);
 2. its parse tree (``json_serialize_sql``) is walked for every table function: only those that
    read nothing but the store's catalog or generate values are allowed
-   (``ALLOWED_TABLE_FUNCTIONS``), ``query('…')`` is parsed the same way, recursively, and
+   (``ALLOWED_TABLE_FUNCTIONS``), and the table macros the store itself defines (a window of a
+   view, ``model_calls_of(run, floor_ns)``), ``query('…')`` is parsed the same way, recursively, and
    ``query_table('…')`` must name the store's tables or views; a scalar function with a side
    effect (``nextval``) is refused;
 3. the service opens the store with ``enable_external_access = false``, so nothing can read or
    write other files, attach databases or install extensions whatever got through.
+
+Values travel apart from the text: ``params``, a JSON list of scalars (or lists of scalars),
+binds the statement's ``?`` placeholders, so a reader never splices a value into SQL.
 
 Each query runs in a worker thread, off the event loop that receives OTLP: the query, the
 fetch and the serialisation to Arrow IPC or JSON all happen there, under one deadline (DuckDB's
@@ -37,8 +41,8 @@ import orjson
 import pyarrow as pa
 
 from rolloutscope.collectors.otlp.errors import BadRequestError, PayloadTooLargeError
+from rolloutscope.store.remote import ARROW_STREAM
 
-ARROW_STREAM = "application/vnd.apache.arrow.stream"
 MiB = 1024 * 1024
 
 # Scalar functions that write to the store even inside a SELECT (or reveal the process's
@@ -158,8 +162,18 @@ def _store_relations(cur: duckdb.DuckDBPyConnection) -> set[str]:
     return {name.lower() for (name,) in rows}
 
 
+def _store_table_macros(cur: duckdb.DuckDBPyConnection) -> set[str]:
+    """The table macros the store defines (``model_calls_of``, ``incidents_since``, ...): each
+    is a SELECT over the store's own views, installed with them, so calling one reads nothing
+    else."""
+    rows = cur.execute("SELECT DISTINCT function_name FROM duckdb_functions() "
+                       "WHERE function_type = 'table_macro' AND NOT internal").fetchall()
+    return {name.lower() for (name,) in rows}
+
+
 def _check_tree(cur: duckdb.DuckDBPyConnection, tree: Any, depth: int) -> None:
     relations: set[str] | None = None
+    macros: set[str] | None = None
     for node in _nodes(tree):
         if node.get("type") == "TABLE_FUNCTION" and isinstance(node.get("function"), dict):
             function = node["function"]
@@ -180,7 +194,12 @@ def _check_tree(cur: duckdb.DuckDBPyConnection, tree: Any, depth: int) -> None:
                 if texts is None or any(t.lower() not in relations for t in texts):
                     raise QueryRefusedError("query_table() may name only the store's tables "
                                             "and views, as constants")
-            elif name not in ALLOWED_TABLE_FUNCTIONS:
+            elif name in ALLOWED_TABLE_FUNCTIONS:
+                pass
+            elif name in (macros if macros is not None
+                          else (macros := _store_table_macros(cur))):
+                pass
+            else:
                 raise QueryRefusedError(
                     f"table function {name}() is refused: the query endpoint reads the store's "
                     f"tables and views (and generators such as range())")
@@ -189,6 +208,29 @@ def _check_tree(cur: duckdb.DuckDBPyConnection, tree: Any, depth: int) -> None:
             if name in REFUSED_FUNCTIONS:
                 raise QueryRefusedError(f"function {name}() writes to the store or leaves it, "
                                         f"and is refused")
+
+
+_SCALARS = (str, int, float, bool, type(None))
+MAX_PARAMS = 1_000
+
+
+def check_params(params: Any) -> list:
+    """``params`` as DuckDB binds them: a list of JSON scalars or lists of scalars."""
+    if params is None:
+        return []
+    if not isinstance(params, list):
+        raise BadRequestError("bad_params", f"params must be a JSON list, got "
+                                            f"{type(params).__name__}")
+    if len(params) > MAX_PARAMS:
+        raise BadRequestError("bad_params", f"at most {MAX_PARAMS} params, got {len(params)}")
+    for i, value in enumerate(params):
+        if isinstance(value, list) and all(isinstance(v, _SCALARS) for v in value):
+            continue
+        if not isinstance(value, _SCALARS):
+            raise BadRequestError("bad_params", f"params[{i}] is a {type(value).__name__}: "
+                                                f"send strings, numbers, booleans, null or "
+                                                f"lists of them")
+    return params
 
 
 def check_read_only(cur: duckdb.DuckDBPyConnection, sql: str) -> str:
@@ -202,8 +244,8 @@ def check_read_only(cur: duckdb.DuckDBPyConnection, sql: str) -> str:
 class _Deadline:
     """One deadline for a query: interrupts DuckDB when it passes."""
 
-    def __init__(self, cur: duckdb.DuckDBPyConnection, at: float) -> None:
-        self.at = at
+    def __init__(self, cur: duckdb.DuckDBPyConnection, at: float, limit_s: float) -> None:
+        self.at, self.limit_s = at, limit_s
         self._timer = threading.Timer(max(0.0, at - time.monotonic()), cur.interrupt)
         self._timer.daemon = True
 
@@ -229,31 +271,40 @@ class QueryEngine:
                                         thread_name_prefix="rolloutscope-query")
         self._pending = 0
 
-    async def run(self, sql: str, fmt: str = "arrow") -> QueryResult:
-        """The serialised result of ``sql`` (``fmt``: arrow or json)."""
+    async def run(self, sql: str, fmt: str = "arrow", params: list | None = None,
+                  timeout_s: float | None = None) -> QueryResult:
+        """The serialised result of ``sql`` (``fmt``: arrow or json) with ``params`` bound,
+        within ``timeout_s`` where the reader gives up sooner than the endpoint's limit."""
         if self._pending >= self.limits.max_concurrent + self.limits.max_waiting:
             raise QueryBusyError(self._pending)
-        deadline = time.monotonic() + self.limits.timeout_s
+        limit = self.limits.timeout_s
+        if isinstance(timeout_s, int | float) and not isinstance(timeout_s, bool) \
+                and timeout_s > 0:
+            limit = min(limit, float(timeout_s))
+        deadline = time.monotonic() + limit
         loop = asyncio.get_running_loop()
         self._pending += 1
         try:
-            return await loop.run_in_executor(self._pool, self.run_blocking, sql, fmt, deadline)
+            return await loop.run_in_executor(self._pool, self.run_blocking, sql, fmt, deadline,
+                                              params, limit)
         finally:
             self._pending -= 1
 
-    def run_blocking(self, sql: str, fmt: str = "arrow",
-                     deadline: float | None = None) -> QueryResult:
+    def run_blocking(self, sql: str, fmt: str = "arrow", deadline: float | None = None,
+                     params: list | None = None, limit_s: float | None = None) -> QueryResult:
         limits = self.limits
-        at = deadline if deadline is not None else time.monotonic() + limits.timeout_s
+        params = check_params(params)
+        limit_s = limits.timeout_s if limit_s is None else limit_s
+        at = deadline if deadline is not None else time.monotonic() + limit_s
         with self._store.cursor() as cur:
             # a SELECT must not scan Python objects of this process by name
             cur.execute("SET python_enable_replacements = false")
             statement = check_read_only(cur, sql)
-            with _Deadline(cur, at) as timer:
+            with _Deadline(cur, at, limit_s) as timer:
                 if timer.passed:  # it waited its whole time for a worker
-                    raise QueryTimeoutError(limits.timeout_s)
+                    raise QueryTimeoutError(limit_s)
                 try:
-                    return self._fetch(cur, statement, fmt, timer)
+                    return self._fetch(cur, statement, fmt, timer, params)
                 except (QueryTimeoutError, PayloadTooLargeError):
                     raise
                 except duckdb.OutOfMemoryException as exc:
@@ -267,15 +318,15 @@ class QueryEngine:
                     # an interrupt surfaces as InterruptException while executing, and as an
                     # OSError from the Arrow reader while fetching: the deadline says which
                     if timer.passed or isinstance(exc, duckdb.InterruptException):
-                        raise QueryTimeoutError(limits.timeout_s) from None
+                        raise QueryTimeoutError(limit_s) from None
                     if isinstance(exc, duckdb.Error | pa.ArrowException | OSError):
                         raise BadRequestError("sql_error", f"query failed: {exc}") from None
                     raise
 
     def _fetch(self, cur: duckdb.DuckDBPyConnection, statement: str, fmt: str,
-               timer: _Deadline) -> QueryResult:
+               timer: _Deadline, params: list) -> QueryResult:
         limits = self.limits
-        result = cur.execute(statement)
+        result = cur.execute(statement, params)
         reader = result.to_arrow_reader(64 * 1024)
         out = _JsonOut(reader.schema) if fmt == "json" else _ArrowOut(reader.schema)
         rows = 0
@@ -291,7 +342,7 @@ class QueryEngine:
                     "result_too_large", f"result exceeds {limits.max_result_bytes} bytes; "
                                         f"select fewer columns or rows, or aggregate")
             if timer.passed:
-                raise QueryTimeoutError(limits.timeout_s)
+                raise QueryTimeoutError(timer.limit_s)
         return QueryResult(out.finish(), out.content_type, rows)
 
     def close(self) -> None:

@@ -214,12 +214,14 @@ class CollectorService:
                     raise BadRequestError("invalid_json", "send a JSON object {\"sql\": ...}")
             else:
                 doc = dict(request.query)
+                if "params" in doc:  # ?params=<a JSON list>
+                    doc["params"] = orjson.loads(doc["params"])
             sql, fmt = doc.get("sql"), doc.get("format", "arrow")
             if not isinstance(sql, str) or not sql.strip():
                 raise BadRequestError("missing_sql", "no SQL given: send {\"sql\": \"SELECT ...\"}")
             if fmt not in ("arrow", "json"):
                 raise BadRequestError("bad_format", f"format must be arrow or json, got {fmt!r}")
-            result = await self._query.run(sql, fmt)
+            result = await self._query.run(sql, fmt, doc.get("params"), doc.get("timeout_s"))
         except orjson.JSONDecodeError as exc:
             return _json_error(400, "invalid_json", f"body is not valid JSON: {exc}")
         except ConnectionError:  # the reader went away mid-request
@@ -276,8 +278,9 @@ class CollectorService:
             # the store never reads or writes other files: no COPY/ATTACH/INSTALL, and no
             # query through the read endpoint can reach the file system (see query.py)
             cur.execute("SET enable_external_access = false")
-            # one limit for DuckDB in this process: the writer's appends, the dashboard's
-            # views and the query endpoint (it spills to the store's temp directory past it)
+            # one limit for DuckDB in this process: the writer's appends and the query
+            # endpoint, which the live dashboard reads through (it spills to the store's temp
+            # directory past it)
             cur.execute(f"SET memory_limit = '{int(cfg.store_memory_mib)}MiB'")
         self._writer = self.store.writer(max_rows=cfg.commit_max_rows,
                                          max_delay_ms=cfg.commit_max_delay_ms,

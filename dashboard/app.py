@@ -1,9 +1,11 @@
 """The dashboard app: one factory for every mode, and a server that binds loopback.
 
 - read-only over a finished run: ``rolloutscope dashboard RUN.duckdb`` (``serve_dashboard``);
-- live inside the collector process, which owns the writable ``RunStore``:
-  ``start_dashboard(store, live=True)`` returns a handle to stop on shutdown; each browser
-  session gets its own ``DataStore`` refreshed by a periodic callback, with a pause toggle;
+- live over a running collector: ``rolloutscope dashboard URL`` (``serve_dashboard`` over a
+  ``store.remote.RemoteRunStore``), the process ``rolloutscope serve`` starts beside itself;
+  each browser session gets its own ``DataStore`` refreshed by a periodic callback, with a
+  pause toggle. ``start_dashboard`` serves from a background thread of the calling process
+  and returns a handle to stop (tests, benchmarks);
 
 A served dashboard's sessions share one ``SharedReads`` (``dashboard.shared``): the frames
 read and what is derived from them are held once per server, a session holds its selections.
@@ -366,10 +368,11 @@ def serve_dashboard(store: RunStore, *, port: int = DEFAULT_PORT,
                     run_id: str | None = None,
                     on_ready: Callable[[str], None] | None = None,
                     compare: RunStore | None = None,
-                    limits: DashboardLimits | None = None) -> None:
+                    limits: DashboardLimits | None = None, token: str | None = None,
+                    waiting_for: str | None = None) -> None:
     """Serve the dashboard in this thread until interrupted (the CLI's foreground mode).
     The server's DuckDB memory limit is set within ``limits`` (the store is this server's
-    own)."""
+    own). With ``token``, every page and websocket needs it (``dashboard.auth``)."""
     if port:
         _require_free(address, port)
     port = port or free_port(address)
@@ -377,11 +380,12 @@ def serve_dashboard(store: RunStore, *, port: int = DEFAULT_PORT,
     for s in (store, compare):
         if s is not None:
             shared.limit_duckdb(s)
+    extra = {"auth_provider": TokenAuthProvider(token)} if token else {}
     server = pn.serve(_factory(store, live=live, run_id=run_id, refresh_ms=REFRESH_MS,
-                               compare=compare, shared=shared),
+                               compare=compare, shared=shared, waiting_for=waiting_for),
                       port=port, address=address, show=False, start=False,
                       allow_websocket_origin=websocket_origins(address, port),
-                      title="rolloutscope", verbose=False)
+                      title="rolloutscope", verbose=False, **extra)
     host = f"[{address}]" if ":" in address else address
     url = f"http://{host}:{port}/"
     if on_ready is not None:

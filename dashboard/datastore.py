@@ -704,6 +704,20 @@ class DataStore(RolloutRows, param.Parameterized):
         self._contexts = {key: out}  # one incident at a time is on screen
         return out
 
+    def waiting_at(self, incident: Mapping):
+        """What the run waited on while ``incident`` lasted (``rolloutscope why``,
+        rolloutscope.store.waiting): just before it ended, or, while it lasts, at the last
+        moment the store holds. Read on demand, once per incident and version of it."""
+        from rolloutscope.store.waiting import waiting_on
+
+        end = incident.get("end_ns")
+        key = ("waiting", self.run_id, str(incident["incident_id"]),
+               self.frame_versions["incidents"])
+        if key not in self._contexts:
+            at = None if end is None or pd.isna(end) else int(end) - 1
+            self._contexts[key] = waiting_on(self.store, self.run_id, at_ns=at)
+        return self._contexts[key]
+
     # -- what the views ask ------------------------------------------------------------------
     def view(self, name: str) -> pd.DataFrame:
         return self.frames[name]

@@ -7,6 +7,8 @@ The scene reads, on demand and once per incident, the spans around it that no mo
 
 from __future__ import annotations
 
+import html
+
 import pandas as pd
 import panel as pn
 import param
@@ -104,8 +106,22 @@ class IncidentDetail(TimeView):
         note = "" if d.incident else ("<div class='rs-note'>the newest critical incident; pick "
                                       "another above</div>")
         return pn.pane.HTML(note + story_html(st, subject=str(inc["subject"]),
-                                              caused_by_summary=cause),
+                                              caused_by_summary=cause) + self._why(inc),
                             stylesheets=[CSS], sizing_mode="stretch_width")
+
+    WHY_GROUPS = 5  # groups listed under the answer; the answer counts them all
+
+    def _why(self, inc) -> str:
+        """What the run waited on while the incident lasted (``rolloutscope why``), as HTML."""
+        e = html.escape
+        w = self.data.waiting_at(inc)
+        items = "".join(
+            f"<li>{e(g.group)}{' ' + e(g.rollout) if g.rollout else ''}: {e(g.doing)} for "
+            f"{g.for_s:,.0f} s" + (f" <span class='rs-note'>({e(g.evidence.name)} "
+                                   f"{e(g.evidence.span_id)})</span>" if g.evidence else "")
+            + "</li>" for g in w.groups[:self.WHY_GROUPS])
+        return (f"<div class='rs-why'><h4>Waiting on, at {w.at_s:,.1f} s</h4>"
+                f"<div>{e(w.answer)}</div><ul>{items}</ul></div>")
 
     def _highlight(self, inc) -> tuple[float, float]:
         t0, now = self._t0(), self.data.last_seen_ns()

@@ -267,6 +267,14 @@ def timed_frame(store, sql: str, params: list | None, timeout_s: float, *,
     after ``timeout_s``: raises ``ReadTimeout`` instead of waiting on."""
     from rolloutscope.store.store import arrow_frame
 
+    if getattr(store, "remote", False):  # through a collector: its deadline, and ours
+        from rolloutscope.store.remote import RemoteReadTimeout
+
+        try:
+            table = store.query_arrow(sql, params, timeout_s=timeout_s)
+        except RemoteReadTimeout as exc:
+            raise ReadTimeout(what, timeout_s) from exc
+        return arrow_frame(table) if arrow_text else store._relation(table).df()
     fired = threading.Event()
     with store.cursor() as cur:
         def stop() -> None:
@@ -398,6 +406,8 @@ class SharedReads:
     def limit_duckdb(self, store) -> None:
         """DuckDB's memory limit for ``store``, within the dashboard's bound. Not for the
         collector's store: the collector sets its own (--store-memory-mib)."""
+        if getattr(store, "remote", False):
+            return
         try:
             with store.cursor() as cur:
                 cur.execute(f"SET memory_limit = '{int(self.limits.duckdb_mib)}MiB'")

@@ -29,6 +29,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "rolloutscope.cli.doctor",
     "rolloutscope.cli.export",
     "rolloutscope.cli.diff",
+    "rolloutscope.cli.why",
 )
 
 
@@ -43,6 +44,7 @@ COMMANDS: dict[str, str] = {
     "replay": "rolloutscope.cli.replay", "sweep": "rolloutscope.cli.replay",
     "demo": "rolloutscope.cli.demo", "doctor": "rolloutscope.cli.doctor",
     "export": "rolloutscope.cli.export", "diff": "rolloutscope.cli.diff",
+    "why": "rolloutscope.cli.why",
 }
 
 

@@ -1,4 +1,8 @@
-"""``rolloutscope dashboard RUN.duckdb``: the read-only dashboard over a finished run."""
+"""``rolloutscope dashboard RUN.duckdb``: the read-only dashboard over a finished run.
+
+``rolloutscope dashboard http://127.0.0.1:4318``: the live dashboard of a running collector,
+in this process, reading the run through the collector's query endpoint (what ``serve`` starts
+for its own dashboard)."""
 
 from __future__ import annotations
 
@@ -14,6 +18,13 @@ def _port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"{value} is not a TCP port")
     return value
+
+
+def _store_or_collector(text: str):
+    """A collector's URL as given; anything else a run store (``store_arg``)."""
+    if text.startswith(("http://", "https://")):
+        return text
+    return store_arg(text)
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
@@ -36,24 +47,44 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
               "machine; the dashboard has no authentication", file=sys.stderr)
     from contextlib import ExitStack
 
+    import os
+
+    from rolloutscope.cli.dashboard_process import TOKEN_ENV
+
+    token = os.environ.get(TOKEN_ENV) or None  # how serve hands its dashboard the token
+    if args.token_file:
+        from rolloutscope.cli.serve import read_token
+
+        token = read_token(args.token_file)
+    live = isinstance(args.run, str)
     with ExitStack() as stack:
-        store = stack.enter_context(RunStore(args.run, read_only=True))
+        if live:
+            from rolloutscope.store.remote import RemoteRunStore
+
+            store = stack.enter_context(RemoteRunStore(args.run, token=token,
+                                                       timeout_s=limits.read_timeout_s))
+        else:
+            store = stack.enter_context(RunStore(args.run, read_only=True))
         if args.run_id is not None and args.run_id not in store.run_ids():
             from rolloutscope.cli import UsageError
 
             raise UsageError(f"no run {args.run_id!r} in {store.path}")
         compare = (stack.enter_context(RunStore(args.compare, read_only=True))
                    if args.compare else None)
-        serve_dashboard(store, port=args.port, address=args.address, live=False,
+        serve_dashboard(store, port=args.port, address=args.address, live=live,
                         show=not args.no_browser, run_id=args.run_id, compare=compare,
-                        limits=limits,
+                        limits=limits, token=token, waiting_for=args.waiting_for,
                         on_ready=lambda url: print(f"dashboard: {url}", flush=True))
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("dashboard", help="read-only dashboard over a finished run")
-    p.add_argument("run", type=store_arg, help=STORE_HELP)
+    p = sub.add_parser("dashboard", help="read-only dashboard over a finished run, or the live "
+                                         "one of a running collector")
+    p.add_argument("run", type=_store_or_collector,
+                   help=f"{STORE_HELP}; or a running collector's OTLP/HTTP URL "
+                        f"(http://127.0.0.1:4318): its live run, read through its query "
+                        f"endpoint")
     p.add_argument("--port", type=_port, default=DEFAULT_PORT,
                    help=f"port to serve on (default {DEFAULT_PORT}; 0 picks a free one)")
     p.add_argument("--address", default=DEFAULT_ADDRESS,
@@ -76,4 +107,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"a read of the store that takes longer is stopped and its message "
                         f"shown (default {shared.DEFAULT_READ_TIMEOUT_S:g}, or "
                         f"${shared.READ_TIMEOUT_ENV})")
+    p.add_argument("--token-file", default=None,
+                   help="file holding the bearer token of the collector (for a URL); every "
+                        "page then asks for it too")
+    p.add_argument("--waiting-for", default=None, help=argparse.SUPPRESS)
     p.set_defaults(handler=cmd_dashboard)

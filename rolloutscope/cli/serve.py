@@ -107,28 +107,61 @@ def _upkeep_of(args: argparse.Namespace) -> dict | None:
             "retain_bytes": retain_bytes_of(args)}
 
 
+def _watchdog_of(args: argparse.Namespace):
+    """The ``--on-incident`` / ``--notify-*`` flag group as a WatchdogConfig; None when
+    neither channel is asked for."""
+    from rolloutscope.collectors.watchdog import KINDS, WatchdogConfig
+
+    kinds = [k.strip() for k in (args.notify_kinds or "").split(",") if k.strip()]
+    try:
+        config = WatchdogConfig(on_incident=args.on_incident, notify_url=args.notify_url,
+                                kinds=frozenset(kinds or KINDS),
+                                interval_s=args.watch_interval_s)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if not config.wanted:
+        if args.notify_kinds:
+            raise UsageError("--notify-kinds needs --on-incident CMD or --notify-url URL")
+        return None
+    return config
+
+
+def _start_watchdog(service: CollectorService, watch) -> None:
+    """The detectors evaluated live, delivering to the command or webhook; stopped before the
+    store closes."""
+    if watch is None:
+        return
+    from rolloutscope.collectors.watchdog import Watchdog
+
+    watchdog = Watchdog(service.store, watch)
+    watchdog.start()
+    service.join(watchdog.stop)
+
+
 async def _start_live_dashboard(service: CollectorService, config: CollectorConfig,
                                 endpoints: Endpoints, port: int) -> None:
-    # the live dashboard reads the store in this process: DuckDB admits no second process
-    # while the collector writes. It always binds loopback, and asks for the collector's token
-    # when it has one.
-    from rolloutscope.dashboard.app import start_dashboard
+    # the live dashboard runs in its own process and reads through this collector's query
+    # endpoint (``store/remote.py``): no page load, session or renderer can take
+    # this process's memory or its event loop from ingest. It binds loopback, and asks for the
+    # collector's token when it has one.
+    from rolloutscope.cli.dashboard_process import DashboardProcess
 
+    where = (f"OTLP/HTTP {endpoints.http} (/v1/traces, /v1/metrics, /v1/logs) and "
+             f"OTLP/gRPC {endpoints.grpc}")
+    dashboard = DashboardProcess(endpoints.http, port=port, token=config.token,
+                                 waiting_for=where)
     try:
-        where = (f"OTLP/HTTP {endpoints.http} (/v1/traces, /v1/metrics, /v1/logs) and "
-                 f"OTLP/gRPC {endpoints.grpc}")
-        dashboard = await asyncio.to_thread(start_dashboard, service.store, port=port,
-                                            live=True, waiting_for=where, token=config.token)
+        url = await asyncio.to_thread(dashboard.start)
     except OSError as exc:  # collecting matters more than the view of it
         print(f"rolloutscope serve: live dashboard not started: {exc}", file=sys.stderr,
               flush=True)
         return
     service.join(dashboard.stop)
-    print(f"{DASHBOARD_READY_PREFIX}{dashboard.url}", flush=True)
+    print(f"{DASHBOARD_READY_PREFIX}{url}", flush=True)
 
 
 async def _serve(config: CollectorConfig, *, dashboard_port: int | None,
-                 upkeep: dict | None = None) -> None:
+                 upkeep: dict | None = None, watch=None) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -138,6 +171,7 @@ async def _serve(config: CollectorConfig, *, dashboard_port: int | None,
 
     async def ready(endpoints: Endpoints) -> None:
         _start_upkeep(service, upkeep)
+        _start_watchdog(service, watch)
         # one machine-readable line; tests and scripts wait for it
         print(f"{READY_PREFIX}http={endpoints.http} grpc={endpoints.grpc} db={config.db_path}",
               flush=True)
@@ -156,14 +190,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # whatever a flood of senders makes any library log, it logs at a bounded rate
     for handler in logging.getLogger().handlers:
         handler.addFilter(RateLimitFilter())
+    watch = _watchdog_of(args)
     if args.ray or args.ray_address is not None:
+        if watch is not None:
+            raise UsageError("--on-incident / --notify-url are not available with --ray: a "
+                             "watchdog per node would deliver each incident once per node")
         from rolloutscope.cli.serve_ray import serve_on_ray
 
         return serve_on_ray(config, address=args.ray_address, upkeep=_upkeep_of(args),
                             dashboard_wanted=not args.no_dashboard)
     try:
         asyncio.run(_serve(config, dashboard_port=None if args.no_dashboard
-                           else args.dashboard_port, upkeep=_upkeep_of(args)))
+                           else args.dashboard_port, upkeep=_upkeep_of(args), watch=watch))
     except OSError as exc:
         raise UsageError(f"cannot listen on {config.host}: {exc}") from None
     return 0
@@ -234,6 +272,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dashboard-port", type=_port, default=5006,
                    help="live dashboard on 127.0.0.1 at this port (0 picks a free one)")
     p.add_argument("--no-dashboard", action="store_true", help="collect only")
+    w = p.add_argument_group("watchdog", "the incident detectors evaluated live, each new "
+                             "incident delivered once with what the run waits on "
+                             "(docs/watchdog.md)")
+    w.add_argument("--on-incident", metavar="CMD",
+                   help="run CMD in a shell for each incident, the notice as JSON on its stdin")
+    w.add_argument("--notify-url", metavar="URL",
+                   help="POST each notice as JSON to URL, retried with backoff on failure/5xx")
+    w.add_argument("--notify-kinds", metavar="KIND,...",
+                   help="only these incident kinds (default: all)")
+    w.add_argument("--watch-interval-s", type=float, default=5.0, metavar="S",
+                   help="how often the detectors are evaluated (default 5)")
     from rolloutscope.cli.serve_ray import add_ray_options
 
     add_ray_options(p)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from rolloutscope.cli.serve import READY_PREFIX
-from rolloutscope.collectors.client import CollectorClient
+from rolloutscope.store.remote import CollectorClient
 from tests.child_output import read_line
 
 HERE = Path(__file__).parent

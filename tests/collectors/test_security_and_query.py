@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import re
 import subprocess
 import sys
 from urllib.parse import urlsplit
@@ -11,7 +12,7 @@ import grpc
 import pandas as pd
 import pytest
 
-from rolloutscope.collectors.client import (
+from rolloutscope.store.remote import (
     CollectorClient,
     CollectorUnavailableError,
     QueryError,
@@ -186,6 +187,46 @@ class TestQueryEndpoint:
             assert c.client.query_records("SELECT 42 AS n") == [{"n": 42}]
         finally:
             assert c.stop() == 0
+
+    def test_params_bind_the_placeholders_and_no_value_is_spliced_into_sql(self, collector):
+        body = span_request(2, run_id="bound").SerializeToString()
+        headers = {"Content-Type": "application/x-protobuf"}
+        assert _request(collector.http, "POST", "/v1/traces", body, headers) == 200
+        sql = "SELECT count(*) AS n FROM spans WHERE run_id = ?"
+        assert collector.client.query_df(sql, ["bound"])["n"].tolist() == [2]
+        # a value that would be SQL if spliced is only a value
+        assert collector.client.query_df(sql, ["x' OR '1'='1"])["n"].tolist() == [0]
+        assert collector.client.query_df(
+            "SELECT count(*) AS n FROM spans WHERE run_id IN (SELECT unnest(?))",
+            [["bound", "other"]])["n"].tolist() == [2]
+
+    @pytest.mark.parametrize(("params", "named"), [
+        ({"a": 1}, "params must be a JSON list, got dict"),
+        ([{"a": 1}], "params[0] is a dict"),
+        (["ok", [1, {"b": 2}]], "params[1] is a list"),
+    ])
+    def test_params_that_are_not_scalars_are_refused_by_name(self, collector, params, named):
+        with pytest.raises(QueryError, match=re.escape(named)) as caught:
+            collector.client._post("/v1/query", {"sql": "SELECT ?", "params": params})
+        assert caught.value.status == 400 and caught.value.problem == "bad_params"
+
+    def test_the_stores_own_table_macros_are_allowed_and_others_are_not(self, collector):
+        macros = set(collector.client.query_arrow(
+            "SELECT DISTINCT function_name FROM duckdb_functions() "
+            "WHERE function_type = 'table_macro' AND NOT internal").column(0).to_pylist())
+        assert "model_calls_of" in macros
+        got = collector.client.query_df("SELECT count(*) AS n FROM model_calls_of(?, NULL)",
+                                        ["no-such-run"])
+        assert got["n"].tolist() == [0]
+        with pytest.raises(QueryRefusedError, match="table function read_parquet"):
+            collector.client.query_df("SELECT * FROM read_parquet('/tmp/x.parquet')")
+
+    def test_a_readers_shorter_time_limit_stops_the_query_at_the_collector(self, collector):
+        with pytest.raises(QueryTimeoutError, match="time limit of 0.5 s") as caught:
+            collector.client.query_arrow("SELECT count(*) FROM range(100000000000) a",
+                                         timeout_s=0.5)
+        assert caught.value.status == 408  # the collector's answer, not the socket's
+        assert collector.client.query_records("SELECT 42 AS n") == [{"n": 42}]
 
     def test_the_client_names_an_unreachable_collector(self):
         with pytest.raises(CollectorUnavailableError, match="no collector at"):

@@ -26,7 +26,7 @@ def test_every_frame_of_an_empty_store_has_its_views_columns(tmp_path):
         assert data.indicators()["incidents"] == 0 and data.rollout_lanes() == ([], 0)
         assert data.attempts_table().empty and data.trace_choices().empty
         app = build_app(store, live=False)
-        for view in app.dashboard.tabs():
+        for view in app.dashboard.views():
             view.shown = True
             assert pn.panel(view).get_root() is not None
 

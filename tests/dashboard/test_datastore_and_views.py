@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+
 import time
 
 import panel as pn
@@ -227,6 +229,18 @@ class TestViews:
         assert "Shard 3 goes suspect -&gt; dead on reported_failure" in html_out
         assert SCRIPT not in html_out and "&lt;script&gt;" in html_out
 
+    def test_the_incident_detail_says_what_the_run_waited_on_while_it_lasted(self, data):
+        detail = IncidentDetail(data)
+        inc = data.incidents().query("kind == 'deadline_fired_while_parked'").iloc[0]
+        data.incident = inc.incident_id
+        html_out = detail.story().object
+        waited = data.waiting_at(inc.to_dict())
+        assert waited.at_ns == int(inc.end_ns) - 1  # just before it ended
+        assert "Waiting on, at" in html_out
+        assert html.escape(waited.answer) in html_out
+        for g in waited.groups[:IncidentDetail.WHY_GROUPS]:
+            assert html.escape(g.doing) in html_out
+
     def test_text_tables_render_cells_as_text(self, data):
         table = Fleet(data)._transitions
         assert table.formatters["error"] == {"type": "textarea"}
@@ -264,7 +278,7 @@ class TestLiveRedraw:
     def test_the_app_draws_only_the_tab_on_screen(self, p1_store):
         app = build_app(p1_store, live=False)
         tabs = app[1]
-        views = app.dashboard.tabs()
+        views = app.dashboard.views()
         assert [v.shown for v in views] == [True] + [False] * (len(views) - 1)
         tabs.active = 3
         assert [v.shown for v in views].index(True) == 3 and sum(v.shown for v in views) == 1

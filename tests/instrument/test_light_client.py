@@ -42,7 +42,7 @@ OPTIONAL = {"psutil"}
 # the workbench's own modules, which load them
 WORKBENCH = ("rolloutscope.store", "rolloutscope.collectors.exporter",
              "rolloutscope.collectors.service", "rolloutscope.collectors.otlp",
-             "rolloutscope.collectors.query", "rolloutscope.collectors.client",
+             "rolloutscope.collectors.query",
              "rolloutscope.collectors.importers", "rolloutscope.replay", "rolloutscope.dashboard",
              "rolloutscope.postmortem", "rolloutscope.export", "rolloutscope.cli")
 
