@@ -82,9 +82,9 @@ def read_board(store, run_id: str, now_ns: int, *, limit: int = BOARD_ROWS,
                timeout_s: float = DEFAULT_READ_TIMEOUT_S) -> tuple[pd.DataFrame, int]:
     """The ``limit`` oldest rollouts in flight of run ``run_id`` (``in_flight_window``: its open
     markers, and the finished spans and events of the last ``window_s`` before ``now_ns``
-    among the last ``window_rows`` committed; a lake, whose row ids are no commit order, is
-    bounded by time alone) and how many are in flight in all."""
-    rows_back = None if store.is_lake else window_rows
+    among the last ``window_rows`` committed; a store whose row ids are no commit order, a
+    lake, is bounded by time alone: ``commit_ordered``) and how many are in flight in all."""
+    rows_back = window_rows if commit_ordered(store) else None
     sql = (f"SELECT *, count(*) OVER () AS in_flight_total "
            f"FROM in_flight_window(?, ?, ?) ORDER BY start_ns, span_id "
            f"LIMIT {int(limit)}")
@@ -93,6 +93,15 @@ def read_board(store, run_id: str, now_ns: int, *, limit: int = BOARD_ROWS,
                        what=f"the rollouts in flight of run {run_id}")
     total = int(rows.in_flight_total.iloc[0]) if len(rows) else 0
     return rows.drop(columns="in_flight_total"), total
+
+
+def commit_ordered(store) -> bool:
+    """Whether the store's row ids are its commit order: a file's are, a lake's are not; the
+    store behind a collector is a file where it keeps maintained rows (a collector derives them
+    for a file, never for a lake)."""
+    if getattr(store, "remote", False):
+        return bool(store.maintained)
+    return not store.is_lake
 
 
 def board_rows(rows: pd.DataFrame, now_ns: int) -> pd.DataFrame:

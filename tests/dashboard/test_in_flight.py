@@ -82,3 +82,37 @@ def test_the_tab_shows_what_the_demo_left_in_flight_and_its_staleness(demo_store
     assert dist["groups"].sum() == steps["groups"].sum() == 220
     assert "220 prompt group(s) trained" in view._stale_note.object
     assert step_rows(view._staleness).equals(steps)
+
+
+def test_the_board_reads_the_same_through_a_collector(tmp_path):
+    """What ``rolloutscope serve``'s own dashboard process reads (``RemoteRunStore``, the
+    collector's query endpoint) is what the file holds, window and row bound included."""
+    import shutil
+
+    from rolloutscope.collectors.exporter import instrument
+    from rolloutscope.dashboard.in_flight import commit_ordered, read_board
+    from rolloutscope.store.remote import RemoteRunStore
+    from tests.collectors.conftest import start_collector
+    from tests.store.conftest import SpanKit, T0
+    from tests.store.test_in_flight import send_run
+
+    inst = instrument(tmp_path / "run.duckdb", service_name="tests", run_id="run-1")
+    try:
+        send_run(SpanKit(inst))
+        assert inst.flush()
+    finally:
+        inst.shutdown()
+    shutil.copy(tmp_path / "run.duckdb", tmp_path / "served.duckdb")
+    collector = start_collector(tmp_path / "served.duckdb")
+    try:
+        with RunStore(tmp_path / "run.duckdb", read_only=True) as local, \
+                RemoteRunStore(collector.http) as remote:
+            assert commit_ordered(local) and commit_ordered(remote)
+            for window_rows in (1, 200_000):
+                now = T0 + 60 * S
+                want, total = read_board(local, "run-1", now, window_rows=window_rows)
+                got, remote_total = read_board(remote, "run-1", now, window_rows=window_rows)
+                assert total == remote_total == 5
+                pd.testing.assert_frame_equal(got, want)
+    finally:
+        assert collector.stop() == 0
