@@ -268,7 +268,9 @@ class InFlight(View):
         self.order = BoardOrder()
         self.board_ms = 0.0  # what the last board read took
         self._board = text_table(board_rows(pd.DataFrame(), 0), page_size=BOARD_ROWS,
-                                 pagination=None, height=420, css_classes=["rs-board"])
+                                 pagination=None, height=420, css_classes=["rs-board"],
+                                 selectable=1)
+        self._board.param.watch(self._open_trace, "selection")
         self._board_note = pn.pane.HTML(stylesheets=[CSS], sizing_mode="stretch_width")
         self._stale_at = -np.inf
         self._stale_run: object = None
@@ -287,6 +289,14 @@ class InFlight(View):
         self.param.watch(self._on_shown, "shown")
         data.param.watch(self._on_tick, "last_refresh_ms", onlychanged=False)
         data.param.watch(self._on_run, "run_id")
+
+    def _open_trace(self, event) -> None:
+        """A row picked opens its rollout's trace (the Traces tab)."""
+        if event.new and event.new[0] < len(self._board.value):
+            trace = str(self._board.value.trace_id.iloc[event.new[0]])
+            self._board.selection = []
+            if trace:
+                self.data.trace_id = trace
 
     def _on_shown(self, event) -> None:
         if event.new:
@@ -382,7 +392,8 @@ class InFlight(View):
     def __panel__(self):
         return pn.Column(
             "**In flight** (the rollouts running now, oldest first: their phase, age, the "
-            "deadline budget left, the engine, and their last progress)",
+            "deadline budget left, the engine, and their last progress; select one to open its "
+            "trace)",
             self._board_note, self._board, self._stale_part, sizing_mode="stretch_width")
 
 

@@ -116,3 +116,13 @@ def test_the_board_reads_the_same_through_a_collector(tmp_path):
                 pd.testing.assert_frame_equal(got, want)
     finally:
         assert collector.stop() == 0
+
+
+def test_picking_a_row_opens_its_trace(demo_store):
+    app = build_app(demo_store, live=False)
+    app[1].active = TAB_NAMES.index("In flight")
+    view = app.dashboard.in_flight
+    trace = view._board.value.trace_id.iloc[3]
+    view._board.selection = [3]
+    assert view.data.trace_id == trace
+    assert app[1].active == TAB_NAMES.index("Traces")
