@@ -48,6 +48,7 @@ from rolloutscope.collectors.otlp.http import OtlpHttpRoutes, read_body
 from rolloutscope.collectors.otlp.limits import MiB, DecodeLimits
 from rolloutscope.collectors.otlp.receiver import CommitQueue, OtlpReceiver
 from rolloutscope.collectors.query import QueryEngine, QueryLimits
+from rolloutscope.collectors.scrape import EngineScraper, ScrapeConfig
 from rolloutscope.store.rows import RowBatch
 from rolloutscope.store.store import RunStore
 
@@ -111,6 +112,9 @@ class CollectorConfig:
     one per core. While nothing reads a file, the writer commits on one thread (``RunStore``),
     which costs less CPU per span; 1 keeps the views on one thread too (README, "Collecting from
     real processes")."""
+    scrape: ScrapeConfig | None = None
+    """Engines' Prometheus ``/metrics`` read into the metrics table beside ingest
+    (``collectors/scrape.py``); None: none."""
 
     def __post_init__(self) -> None:
         check_bind(self.host, self.token)
@@ -202,6 +206,7 @@ class CollectorService:
         self._grpc_max_connections = self.caps.grpc
         self._started = time.monotonic()
         self._stack: contextlib.AsyncExitStack | None = None
+        self.scraper: EngineScraper | None = None
 
     # -- HTTP routes besides OTLP ----------------------------------------------------------
     async def _query_route(self, request: web.Request) -> web.Response:
@@ -246,6 +251,8 @@ class CollectorService:
         doc["connections"] = {"http": self._limiter.stats(),
                               "grpc_max": self._grpc_max_connections,
                               "open_file_limit": soft, "open_file_hard_limit": hard}
+        if self.scraper is not None:
+            doc["scrape"] = self.scraper.stats()
         doc["uptime_s"] = time.monotonic() - self._started
         doc["gc"] = {"frozen_objects": gc.get_freeze_count(),
                      "collections": [g["collections"] for g in gc.get_stats()]}
@@ -291,6 +298,15 @@ class CollectorService:
         self._query = QueryEngine(self.store, cfg.query)
         stack.callback(self._query.close)
         stack.callback(self.commit_self_metrics)  # the final counts, once the servers stopped
+        if cfg.scrape is not None:
+            # the engines' points go to the default run: its row (run_thresholds reads it) is
+            # made now, not left to the first span, so a store of engines alone has incidents
+            run = self.store.default_run_id
+            if run and not self.store.query("SELECT 1 FROM runs WHERE run_id = ?", [run]):
+                self.store.register_run(run)
+            # its own threads, submitting without waiting; stopped before the writer drains
+            self.scraper = EngineScraper(cfg.scrape, submit=self._writer.submit).start()
+            stack.callback(self.scraper.stop)
         receiver = OtlpReceiver(enqueue=commits.enqueue, limits=cfg.limits,
                                 counters=self.counters)
         fastdecode.warn_if_unavailable()

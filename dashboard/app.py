@@ -42,6 +42,7 @@ from rolloutscope.dashboard.tabs import CSS, Checkpoints, Overview, Rollouts
 from rolloutscope.dashboard.trace_view import Traces
 from rolloutscope.dashboard.replay_view import Replay
 from rolloutscope.dashboard.diff_view import Diff
+from rolloutscope.dashboard.steps_view import Steps
 from rolloutscope.dashboard.shared import DashboardLimits, ReadTimeout, SharedReads
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ REFRESH_MS = 1500  # live refresh period: inside the 1-2 s the views promise
 # once, as before, bench_sessions.py's baseline)
 LAZY_TABS = True
 TAB_NAMES = ("Overview", "Timeline", "Checkpoints", "Fleet", "Rollouts", "In flight", "Traces",
-             "Incident", "Replay", "Diff")
+             "Incident", "Steps", "Replay", "Diff")
 
 
 @dataclass
@@ -68,6 +69,8 @@ class Dashboard:
     traces: Traces
     incident: IncidentDetail
 
+    steps: Steps
+
     replay: Replay | None = None
     diff: Diff | None = None
 
@@ -76,13 +79,13 @@ class Dashboard:
         """``compare``: another store whose runs the Replay and Diff tabs offer."""
         return cls(data, Overview(data), Timeline(data), Checkpoints(data), Fleet(data),
                    Rollouts(data), InFlight(data, shown=False), Traces(data, shown=False),
-                   IncidentDetail(data),
+                   IncidentDetail(data), Steps(data),
                    Replay(data, after_store=compare), Diff(data, other_store=compare))
 
     def views(self) -> list:
         """The views in tab order (``TAB_NAMES``)."""
         out = [self.overview, self.timeline, self.checkpoints, self.fleet, self.rollouts,
-               self.in_flight, self.traces, self.incident]
+               self.in_flight, self.traces, self.incident, self.steps]
         return out + [v for v in (self.replay, self.diff) if v is not None]
 
 
@@ -130,7 +133,7 @@ class LazyDashboard:
     Asking for a view (``dash.timeline``, ``views()``) makes it."""
 
     NAMES = ("overview", "timeline", "checkpoints", "fleet", "rollouts", "in_flight", "traces",
-             "incident", "replay", "diff")
+             "incident", "steps", "replay", "diff")
 
     def __init__(self, data: DataStore, *, compare: RunStore | None = None) -> None:
         self.data = data
@@ -141,7 +144,7 @@ class LazyDashboard:
             "traces": lambda: Traces(data, shown=False),
             "incident": lambda: IncidentDetail(data),
             "replay": lambda: Replay(data, after_store=compare),
-            "diff": lambda: Diff(data, other_store=compare)}
+            "diff": lambda: Diff(data, other_store=compare), "steps": lambda: Steps(data)}
         self.lazy = [LazyView(makers[name], name=name) for name in self.NAMES]
 
     def __getattr__(self, name: str):

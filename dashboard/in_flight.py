@@ -370,7 +370,7 @@ class InFlight(View):
                                "Staleness reads RL tries (rl.rollout.attempt, with "
                                "nemo.rl.weight_version or the weight syncs before them), "
                                "rl.train_step and rl.weight_sync spans, and RL's own "
-                               "rl.grpo.collect_rollouts batches.")]
+                               "rl.<algorithm>.collect_rollouts batches.")]
         parts = [plot_title("Staleness: how many versions behind the trainer the data it "
                             "trained on was"),
                  key_pane("<span class='rs-key'><span style='color:%s'>&#9679;</span> a try "

@@ -95,6 +95,21 @@ NOTES: dict[str, Note] = {
         "Calls whose generation cut failed or was skipped regenerate after a restore: a cost, "
         "not a failure.",
         "Check the inference workers' generation-cut endpoint."),
+    "engine_wedged": Note(
+        "The engine holds requests and finishes none: every rollout routed to it waits until "
+        "its deadline, while probes of the server may still answer.",
+        "Restart the engine (or quarantine its shard); report it as a failure so fleet health "
+        "stops routing to it."),
+    "engine_saturated": Note(
+        "Requests spend most of their latency queued in the engine, not generating: rollouts "
+        "slow down and deadlines fire on work that never started.",
+        "Route fewer requests to the engine (or add engines); check its KV cache use and "
+        "preemptions for a memory limit."),
+    "engine_backlog_while_healthy": Note(
+        "Fleet health keeps routing to a shard whose engine cannot keep up: its queue grows, "
+        "and so does every latency behind it.",
+        "Weigh the engine's own queue (vllm:num_requests_waiting) in routing, or treat a "
+        "growing queue as a health signal."),
     "env_unhealthy": Note(
         "A Gym subprocess died; rollouts time out without an explanation.",
         "Restart the environment servers; treat their health failures as infrastructure."),

@@ -44,6 +44,11 @@ class ResourceAttr:
     SDK_LANGUAGE = "telemetry.sdk.language"
     SDK_NAME = "telemetry.sdk.name"
     SDK_VERSION = "telemetry.sdk.version"
+    # NeMo-RL's own telemetry (nemo_rl/telemetry, RL #3655): the algorithm a process trains,
+    # its model, and the Ray worker group a worker process belongs to
+    RL_ALGORITHM = "rl.algorithm"
+    RL_MODEL = "rl.model"
+    RL_WORKER_GROUP = "rl.worker_group"
 
 
 class Attr:
@@ -238,14 +243,25 @@ class Attr:
     RETRY_MAX_TRIES = "nemo.gym.retry.max_tries"
     RETRY_KIND = "nemo.gym.retry.kind"  # rate_limit | server_error | http_error
 
-    # The RL Logger's step on a metric data point sent over OTLP (docs/domain/telemetry.md#nemo-rl)
+    # The RL Logger's step on a metric data point sent over OTLP (docs/domain/telemetry.md#nemo-rl);
+    # NeMo-RL's own telemetry also stamps it on rl.<algorithm>.save_checkpoint
     METRIC_STEP = "rl.step"
-    # NeMo-RL's own telemetry (nemo_rl/telemetry) on rl.grpo.collect_rollouts: the policy
-    # version a batch is generated with, the trainer version (step) it is collected for, and
-    # its prompt groups
-    RL_WEIGHT_VERSION = "rl.weight_version"
-    RL_TARGET_WEIGHT_VERSION = "rl.target_weight_version"
-    RL_NUM_PROMPT_GROUPS = "rl.num_prompt_groups"
+
+    # NeMo-RL's own telemetry (nemo_rl/telemetry, RL #3655 and #4052; docs/train-steps.md):
+    # rl.<algorithm>.step carries the iteration (and epoch; rl.sc.step its weight version); a
+    # leaf phase its goodput bucket; an rl.idle.* wait its Timer category; an async rollout
+    # batch the weights it generated from, the trainer version it targets and its width; a
+    # single-controller dispatch (rl.sc.generate_and_push) its try (SpanName.RL_ATTEMPT's
+    # spelling, as an attribute).
+    TELEMETRY_ITERATION = "rl.iteration"
+    TELEMETRY_EPOCH = "rl.epoch"
+    TELEMETRY_BUCKET = "rl.bucket"  # productive | overhead | idle | wasted; none on umbrellas
+    TELEMETRY_EFFICIENCY_CATEGORY = "rl.efficiency.category"  # idle/buffer_starvation, ...
+    TELEMETRY_WEIGHT_VERSION = "rl.weight_version"
+    TELEMETRY_TARGET_WEIGHT_VERSION = "rl.target_weight_version"
+    TELEMETRY_NUM_PROMPT_GROUPS = "rl.num_prompt_groups"
+    TELEMETRY_NUM_GENERATIONS_PER_PROMPT = "rl.num_generations_per_prompt"
+    TELEMETRY_ROLLOUT_ATTEMPT = "rl.rollout.attempt"
 
     # Faults a replay injected (what a live run cannot know: the ground truth of a fault)
     FAULT_KIND = "rolloutscope.fault.kind"
@@ -350,9 +366,6 @@ class SpanName:
     RL_TRAIN_STEP = "rl.train_step"  # TRAIN_STEP
     RL_GYM_ACK = "rl.gym.ack"  # ACK_RECEIPTS, ACK_OUTCOME
     RL_STALL_WATCHDOG_TICK = "rl.stall_watchdog.tick"
-    # NeMo-RL's own telemetry: one batch the trajectory collector gathers for one weight
-    # version: RL_WEIGHT_VERSION, RL_TARGET_WEIGHT_VERSION, RL_NUM_PROMPT_GROUPS
-    RL_GRPO_COLLECT_ROLLOUTS = "rl.grpo.collect_rollouts"
     # an instant standing for one imported controller log line whose live span cannot be known
     # from the log (a row re-dispatch names no prompt); it carries that line's event
     LOG_LINE = "rolloutscope.log_line"
@@ -370,6 +383,21 @@ class SpanName:
     AGENT_COMPLETED_UNACKED = "gym.agent.completed_unacknowledged"
     MODEL_RESPONSE_HELD = "gym.model.response_held"
 
+    # -- NeMo-RL's own telemetry (nemo_rl/telemetry; docs/train-steps.md). Its step and phase
+    #    spans are rl.<algorithm>.<phase> for any algorithm (rl.grpo.step, rl.sc.step, ...), so
+    #    train_steps matches them by pattern; these are the names it spells out.
+    TELEMETRY_STEP_SUFFIX = ".step"  # rl.<algorithm>.step: TELEMETRY_ITERATION, _EPOCH
+    SC_STEP = "rl.sc.step"  # the single controller's step (RL #4052): TELEMETRY_WEIGHT_VERSION
+    SC_GENERATE_AND_PUSH = "rl.sc.generate_and_push"  # one dispatch: TELEMETRY_ROLLOUT_ATTEMPT
+    # driver-side waits, children of the step, bucket idle: TELEMETRY_EFFICIENCY_CATEGORY
+    IDLE_BUFFER_STARVATION = "rl.idle.buffer_starvation"
+    IDLE_REFIT_BUBBLE = "rl.idle.refit_bubble"
+    # the async collector's loop waits (no bucket: its clock runs beside the driver's)
+    IDLE_REFIT_EVENT_WAIT = "rl.idle.refit_event_wait"
+    IDLE_GENERATION_LIMIT_PAUSE = "rl.idle.generation_limit_pause"
+    VLLM_GENERATE = "rl.vllm.generate"  # driver-side generation (the sync path), productive
+    VLLM_GENERATE_TEXT = "rl.vllm.generate_text"
+
 
 class MetricName:
     """Metric names the views read: released Gym's (``nemo_gym/telemetry/metrics.py``) and
@@ -382,6 +410,9 @@ class MetricName:
     GYM_CONNECT_TOTAL = "gym.http.connection_pool.connect_total"
     HTTP_SERVER_DURATION = "http.server.duration"  # ms, old conventions
     HTTP_SERVER_REQUEST_DURATION = "http.server.request.duration"  # s, new conventions
+    # NeMo-RL's own telemetry: seconds and share of a step per rl.bucket / efficiency category
+    RL_EFFICIENCY_SECONDS = "rl.efficiency.seconds"
+    RL_EFFICIENCY_PCT = "rl.efficiency.pct"
 
 
 class GymServerType(StrEnum):
@@ -399,6 +430,8 @@ class Dialect(StrEnum):
 
     RL = "rl"  # rolloutscope's RL-side spans (rl.*), from its wrappers, importers and replays
     GYM = "gym"  # released Gym's own spans (gym.rollout, gym.model.*, HTTP client spans)
+    # NeMo-RL's own telemetry (nemo_rl/telemetry: rl.<algorithm>.step and its phases)
+    RL_TELEMETRY = "rl_telemetry"
 
 
 class EventName:
@@ -669,3 +702,6 @@ class IncidentKind(StrEnum):
     STALE_WEIGHTS_SERVING = "stale_weights_serving"  # P13
     ENV_UNHEALTHY = "env_unhealthy"  # P14
     CUT_DEGRADED = "cut_degraded"  # P15
+    ENGINE_WEDGED = "engine_wedged"  # P16, from engines' own /metrics
+    ENGINE_SATURATED = "engine_saturated"  # P17
+    ENGINE_BACKLOG_WHILE_HEALTHY = "engine_backlog_while_healthy"  # P18

@@ -29,6 +29,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "rolloutscope.cli.doctor",
     "rolloutscope.cli.export",
     "rolloutscope.cli.diff",
+    "rolloutscope.cli.steps",
     "rolloutscope.cli.why",
 )
 
@@ -44,7 +45,7 @@ COMMANDS: dict[str, str] = {
     "replay": "rolloutscope.cli.replay", "sweep": "rolloutscope.cli.replay",
     "demo": "rolloutscope.cli.demo", "doctor": "rolloutscope.cli.doctor",
     "export": "rolloutscope.cli.export", "diff": "rolloutscope.cli.diff",
-    "why": "rolloutscope.cli.why",
+    "steps": "rolloutscope.cli.steps", "why": "rolloutscope.cli.why",
 }
 
 

@@ -14,6 +14,7 @@ from rolloutscope.cli.stores import STORE_HELP, add_data_path, store_arg, with_d
 from rolloutscope.collectors.otlp.connections import RateLimitedLog, RateLimitFilter
 from rolloutscope.collectors.otlp.limits import MiB, DecodeLimits
 from rolloutscope.collectors.query import QueryLimits
+from rolloutscope.collectors.scrape import DEFAULT_INTERVAL_S, ScrapeConfig, engine_target
 from rolloutscope.collectors.service import (
     DEFAULT_GRPC_PORT,
     DEFAULT_HOST,
@@ -60,9 +61,20 @@ def config_from_args(args: argparse.Namespace) -> CollectorConfig:
             max_inflight_bytes=int(args.max_inflight_mib * MiB),
             max_connections=args.max_connections, header_timeout_s=args.header_timeout_s,
             body_timeout_s=args.body_timeout_s, store_memory_mib=args.store_memory_mib,
-            store_threads=args.store_threads)
+            store_threads=args.store_threads, scrape=scrape_of(args))
     except (BindRefusedError, ValueError, argparse.ArgumentTypeError) as exc:
         raise UsageError(str(exc)) from None
+
+
+def scrape_of(args: argparse.Namespace) -> ScrapeConfig | None:
+    """The engines ``--scrape`` names, read every ``--scrape-interval-s``; None without any."""
+    if not args.scrape:
+        if args.scrape_interval_s is not None:
+            raise UsageError("--scrape-interval-s needs --scrape URL (an engine's /metrics)")
+        return None
+    interval = DEFAULT_INTERVAL_S if args.scrape_interval_s is None else args.scrape_interval_s
+    return ScrapeConfig(targets=tuple(engine_target(url) for url in args.scrape),
+                        interval_s=interval)
 
 
 DASHBOARD_READY_PREFIX = "rolloutscope dashboard ready "
@@ -272,6 +284,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dashboard-port", type=_port, default=5006,
                    help="live dashboard on 127.0.0.1 at this port (0 picks a free one)")
     p.add_argument("--no-dashboard", action="store_true", help="collect only")
+    p.add_argument("--scrape", action="append", metavar="URL",
+                   help="a generation engine's Prometheus /metrics (e.g. vLLM's "
+                        "http://HOST:8000/metrics) read into the metrics table, each on its own "
+                        "thread; repeat for every engine")
+    p.add_argument("--scrape-interval-s", type=float, default=None, metavar="S",
+                   help=f"seconds between reads of each engine (default {DEFAULT_INTERVAL_S:g}); "
+                        f"a failing engine is retried at twice the last wait, up to "
+                        f"{ScrapeConfig.max_backoff_s:g} s")
     w = p.add_argument_group("watchdog", "the incident detectors evaluated live, each new "
                              "incident delivered once with what the run waits on "
                              "(docs/watchdog.md)")

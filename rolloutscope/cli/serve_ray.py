@@ -3,8 +3,9 @@
 The actors are ``rolloutscope.collectors.ray``'s (each runs the collector ``serve`` runs, on
 its own node, with the options given here); this process is their driver. It prints every
 actor's endpoints, one ready line each, runs the lake's upkeep itself when asked (one pass for
-the whole cluster, not one per node), and on SIGTERM or Ctrl-C stops every actor, each draining
-what it accepted into the lake, before it exits.
+the whole cluster, not one per node), reads the engines ``--scrape`` names into the lake itself
+(each engine once for the cluster, not once per node), and on SIGTERM or Ctrl-C stops every
+actor, each draining what it accepted into the lake, before it exits.
 """
 
 from __future__ import annotations
@@ -52,17 +53,22 @@ def serve_on_ray(config: CollectorConfig, *, address: str | None, upkeep: dict |
         raise UsageError(f"serve --ray writes one store from every node, so it needs a lake "
                          f"(--db ducklake:…), not the DuckDB file {lake}")
     options = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
-               if f.name != "db_path"}
+               if f.name not in ("db_path", "scrape")}
     stop = threading.Event()
     # the lake is made (or checked) once here, not raced by every actor at once; the driver
-    # keeps it open only for upkeep
+    # keeps it open only for upkeep and the engines' reads
     store = RunStore(lake)
-    maintenance = None
+    maintenance = scraper = None
     try:
         if upkeep is not None:
             from rolloutscope.store.lake_ops import Maintenance
 
             maintenance = Maintenance(store, **upkeep)
+        if config.scrape is not None:
+            from rolloutscope.collectors.scrape import EngineScraper
+
+            writer = store.writer(max_queued_rows=config.max_queued_rows)
+            scraper = EngineScraper(config.scrape, submit=writer.submit).start()
         _start_ray(address)
         # after ray.init, which installs handlers of its own that would end this process
         # before the actors drain
@@ -87,9 +93,11 @@ def serve_on_ray(config: CollectorConfig, *, address: str | None, upkeep: dict |
 
             ray.shutdown()
     finally:
+        if scraper is not None:
+            scraper.stop()
         if maintenance is not None:
             maintenance.stop()
-        store.close()
+        store.close()  # commits what the scraper gave its writer
     if ended:
         # a terminal's Ctrl-C, or a signal to the process group, reaches a local Ray's actors
         # too: they end before the driver stops them

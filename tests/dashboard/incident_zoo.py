@@ -2,7 +2,9 @@
 clock (a run each, named after the scenario; tests/replay/test_scenario_incidents.py maps
 scenario -> kinds), and a run built span by span through the real SDK for the five kinds no
 scenario produces (router/fleet divergence from the watchdog's metrics, a late retired attempt,
-a context-length data failure, an environment health failure, degraded generation cuts)."""
+a context-length data failure, an environment health failure, degraded generation cuts), and a
+run of engines scraped behind healthy shards for the three engine kinds
+(tests/engine_metrics.py)."""
 
 from __future__ import annotations
 
@@ -13,12 +15,14 @@ from rolloutscope.replay.run_scenario import replay_into_store
 from rolloutscope.replay.scenarios import get
 from rolloutscope.store import RowBatch, RunStore
 from rolloutscope.vocabulary import Attr, EventName, IncidentKind, SpanName
+from tests.engine_metrics import write_engine_run
 from tests.store.conftest import S, T0, SpanKit
 
 SCENARIOS = ("stale-weights-serving", "demo", "wedged-engine", "retry-504-storm",
              "prepare-blocked-by-streaming", "worker-lost-in-commit", "lease-expiry",
              "chaos-kill-idle")
 HAND_BUILT = "hand-built"
+ENGINES = "engines"
 
 
 def _hand_built(kit: SpanKit) -> None:
@@ -68,6 +72,12 @@ def build_zoo(path: Path) -> dict[str, tuple[str, str]]:
     inst = instrument(path, service_name="tests", run_id=HAND_BUILT)
     try:
         _hand_built(SpanKit(inst))
+        assert inst.flush()
+    finally:
+        inst.shutdown()
+    inst = instrument(path, service_name="tests", run_id=ENGINES)
+    try:
+        write_engine_run(SpanKit(inst), ENGINES, t0_ns=T0)
         assert inst.flush()
     finally:
         inst.shutdown()

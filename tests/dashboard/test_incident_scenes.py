@@ -1,5 +1,5 @@
 """Every incident kind drawn with its evidence: the Incident tab's scene over the incident zoo
-(a store with an incident of each of the 16 kinds), headless, as data."""
+(a store with an incident of each of the 19 kinds), headless, as data."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 hover that shows its span, a zoom that moves the linked plots and the other tabs, the deep link
 that reopens a view, no console error.
 
-Serves the incident zoo (one store, an incident of each of the 16 kinds; the demo scenario's run
+Serves the incident zoo (one store, an incident of each of the 19 kinds; the demo scenario's run
 with its fix replays beside it) read-only from a thread of this process. Waits poll the page
 with deadlines; nothing sleeps.
 """

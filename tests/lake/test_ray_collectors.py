@@ -94,3 +94,50 @@ def test_serve_ray_places_a_collector_per_node_prints_each_and_stops_them_on_sig
         assert store.query("SELECT count(*) FROM spans WHERE run_id = 'via-serve-ray'")[0][0] == 60
         authors = dict(writer_rows(store.raw_connection()))
     assert list(authors) == [placed[0]["writer"]]  # the actor wrote them, not the driver
+
+
+def test_serve_ray_reads_the_engines_once_for_the_cluster_from_the_driver(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from rolloutscope.cli.serve_ray import ALL_READY_PREFIX
+    from tests.engine_metrics import Engine, EngineModel, healthy
+
+    model = EngineModel(healthy)
+    engine = Engine(model.step)
+    lake = f"ducklake:sqlite:{tmp_path / 'catalog.sqlite'}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rolloutscope", "serve", "--ray", "--db", lake,
+         "--otlp-http-port", "0", "--otlp-grpc-port", "0", "--no-dashboard",
+         "--scrape", engine.url, "--scrape-interval-s", "0.2"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        env={k: v for k, v in os.environ.items()
+             if k not in ("RAY_ADDRESS", "OTEL_EXPORTER_OTLP_ENDPOINT")})
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")),
+                              daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 180  # a local Ray starting on a loaded machine
+        while not any(line.startswith(ALL_READY_PREFIX) for line in lines) \
+                or model.reads < 3:
+            assert time.monotonic() < deadline and proc.poll() is None, "".join(lines)
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(120) == 0, "".join(lines)
+        reader.join(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+        engine.close()
+    with RunStore(lake, read_only=True) as store:
+        rows = store.query("SELECT DISTINCT run_id, service FROM metrics "
+                           "WHERE name = 'vllm:num_requests_running'")
+        reads = store.query("SELECT count(*) FROM engine_state")[0][0]
+        default = store.default_run_id
+    assert rows == [(default, f"127.0.0.1:{engine.port}")]
+    assert 3 <= reads <= model.reads  # the reads made before the stop, none stored twice

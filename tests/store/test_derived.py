@@ -1,7 +1,7 @@
 """Maintained model rows (rolloutscope/store/derived.py) equal the views computed from scratch:
 on every built-in scenario derived in many passes as its spans are committed, on the Gym 0.7.0
-capture as a collector wrote it, on a synthetic run, after a kill -9 in the middle of ingest,
-and on a store written before the rows were maintained."""
+capture as a collector wrote it, on a synthetic run, on engines scraped behind a fleet, after a
+kill -9 in the middle of ingest, and on a store written before the rows were maintained."""
 
 from __future__ import annotations
 
@@ -19,11 +19,13 @@ import duckdb
 import pytest
 
 import rolloutscope.replay.run_scenario as runner
-from rolloutscope.collectors.exporter import StoreSpanExporter
+from rolloutscope.collectors.exporter import StoreSpanExporter, instrument
 from rolloutscope.replay.scenarios import get, names
 from rolloutscope.store import RunStore, derived, views
 from tests.child_output import read_line
+from tests.engine_metrics import write_engine_run
 from tests.gym_capture import collect_capture
+from tests.store.conftest import T0, SpanKit
 from tests.store.test_view_rewrites import _norm
 from tests.synthetic_run import synthetic_run
 
@@ -105,6 +107,24 @@ def test_a_synthetic_run_reads_as_the_views(tmp_path):
     diff, counts = differences(path)
     assert not diff, diff
     assert counts["deadlines"] > 1000 and counts["parked_intervals"] > 100, counts
+
+
+def test_engines_scraped_behind_a_fleet_read_as_the_views(tmp_path):
+    """The engine views read the scraped metrics and the maintained shard stays alike."""
+    path = tmp_path / "engines.duckdb"
+    inst = instrument(path, service_name="tests", run_id="engines")
+    try:
+        write_engine_run(SpanKit(inst), "engines", t0_ns=T0)
+        assert inst.flush()
+    finally:
+        inst.shutdown()
+    diff, counts = differences(path)
+    assert not diff, diff
+    assert counts["shard_states"] == 3, counts
+    with RunStore(path, read_only=True) as store:
+        kinds = store.query("SELECT kind FROM rs_read.incidents WHERE kind LIKE 'engine%'")
+    assert sorted(k for (k,) in kinds) == ["engine_backlog_while_healthy", "engine_saturated",
+                                           "engine_wedged"]
 
 
 def test_rows_not_derived_yet_are_read_from_their_spans(tmp_path, monkeypatch):

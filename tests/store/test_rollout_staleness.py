@@ -73,16 +73,17 @@ def test_a_run_that_never_trains_has_no_versions(kit):
 
 def test_nemo_rl_batches_are_read_from_its_own_telemetry(tmp_path):
     db = collect_capture_of(tmp_path / "rl.duckdb")
-    sent = [s for s in expected_spans(RL_FIXTURE) if s["name"] == SpanName.RL_GRPO_COLLECT_ROLLOUTS]
+    sent = [s for s in expected_spans(RL_FIXTURE)
+            if s["name"] == "rl.grpo.collect_rollouts"]
     assert len(sent) == 5
     with RunStore(db, read_only=True) as store:
         got = rows(store, "rl-telemetry-probe")
     assert [(r["unit"], r["weight_version"], r["trained_version"], r["lag"], r["groups"],
              r["outcome"], r["start_ns"]) for r in got] == [
-        ("batch", int(s["attrs"][Attr.RL_WEIGHT_VERSION]),
-         int(s["attrs"][Attr.RL_TARGET_WEIGHT_VERSION]),
-         int(s["attrs"][Attr.RL_TARGET_WEIGHT_VERSION]) - int(s["attrs"][Attr.RL_WEIGHT_VERSION]),
-         int(s["attrs"][Attr.RL_NUM_PROMPT_GROUPS]), "collected", s["start"])
+        ("batch", int(s["attrs"][Attr.TELEMETRY_WEIGHT_VERSION]),
+         int(s["attrs"][Attr.TELEMETRY_TARGET_WEIGHT_VERSION]),
+         int(s["attrs"][Attr.TELEMETRY_TARGET_WEIGHT_VERSION]) - int(s["attrs"][Attr.TELEMETRY_WEIGHT_VERSION]),
+         int(s["attrs"][Attr.TELEMETRY_NUM_PROMPT_GROUPS]), "collected", s["start"])
         for s in sorted(sent, key=lambda s: s["start"])]
 
 

@@ -1,6 +1,6 @@
 -- rollout_staleness: how far behind the trainer the data it trained on was (off-policy lag,
 -- docs/wait-board.md#staleness): one row per RL try (unit 'try', rl.rollout.attempt), per batch
--- RL's own telemetry collected (unit 'batch', rl.grpo.collect_rollouts), and per weight sync
+-- RL's own telemetry collected (unit 'batch', rl.<algorithm>.collect_rollouts), and per sync
 -- that aborted stale rollouts in flight (unit 'aborted', its rl.weight_sync.aborted_stale_inflight
 -- event). Versions count trainer updates, in the weight syncs' numbering
 -- (nemo.rl.trainer_version).
@@ -94,7 +94,7 @@ batch_rows AS (
            CASE WHEN end_ns IS NULL THEN 'open' ELSE 'collected' END AS outcome,
            CAST(NULL AS VARCHAR) AS reason, trace_id, span_id
     FROM all_spans
-    WHERE name = 'rl.grpo.collect_rollouts'
+    WHERE name LIKE 'rl.%.collect_rollouts'
 ),
 abort_rows AS (
     SELECT e.run_id, 'aborted' AS unit, CAST(NULL AS VARCHAR), CAST(NULL AS BIGINT),

@@ -1,6 +1,6 @@
--- incidents: every incident pattern (P1-P15 in docs/domain/incidents.md), one row each, with
+-- incidents: every incident pattern (P1-P18 in docs/domain/incidents.md), one row each, with
 -- common columns: kind (the pattern's view name), severity (critical | warning | info), start_ns /
--- end_ns (end NULL while it lasts), subject (the rollout, shard, checkpoint or component it
+-- end_ns (end NULL while it lasts), subject (the rollout, shard, engine, checkpoint or component it
 -- concerns), summary (one sentence with the numbers), evidence (span ids to jump to) and caused_by
 -- (the incident that led to this one, where the data links them). incident_id is stable for a
 -- given run file: `rolloutscope incidents RUN --json` prints it and --incident options take it.
@@ -36,3 +36,9 @@ UNION ALL
 SELECT run_id, incident_id, kind, severity, start_ns, end_ns, subject, summary, evidence, caused_by FROM cut_degraded
 UNION ALL
 SELECT run_id, incident_id, kind, severity, start_ns, end_ns, subject, summary, evidence, caused_by FROM env_unhealthy
+UNION ALL
+SELECT run_id, incident_id, kind, severity, start_ns, end_ns, subject, summary, evidence, caused_by FROM engine_wedged
+UNION ALL
+SELECT run_id, incident_id, kind, severity, start_ns, end_ns, subject, summary, evidence, caused_by FROM engine_saturated
+UNION ALL
+SELECT run_id, incident_id, kind, severity, start_ns, end_ns, subject, summary, evidence, caused_by FROM engine_backlog_while_healthy

@@ -1,0 +1,115 @@
+"""The Steps tab: the step ledger of the DataStore's run (``rolloutscope.store.ledger``): per train
+step where its wall time went (generating, waiting for stragglers, parked by snapshots, refit,
+training, checkpoint), as stacked bars, and the ledger's rows beside the groups each step waited
+for last, with why.
+
+It reads the per-step rows of the ``step_ledger`` and ``step_stragglers`` views only, never the
+run's spans or tries: a run of 10^8 spans is a few hundred rows here. Read when the run changes,
+on a live tick only when the tries, the snapshots or the incidents changed, and when asked
+("Read the steps again": a live run whose steps are NeMo-RL's own spans changes none of those).
+"""
+
+from __future__ import annotations
+
+import html
+
+import holoviews as hv
+import pandas as pd
+import panel as pn
+
+from rolloutscope.dashboard import style
+from rolloutscope.dashboard.datastore import DataStore
+from rolloutscope.dashboard.tabs import CSS, View, key_pane, plot_title, text_table
+from rolloutscope.dashboard.timeline_plot import key_html
+from rolloutscope.store.ledger import (
+    LEDGER_COLUMNS,
+    SPLIT,
+    STRAGGLER_COLUMNS,
+    ledger_table,
+    straggler_table,
+)
+
+LABELS = {"generating_s": "generating", "straggler_s": "waiting for stragglers",
+          "parked_s": "parked by snapshots", "refit_s": "refit / weight sync",
+          "train_s": "training", "checkpoint_s": "checkpoint", "other_s": "other"}
+COLORS = {"generating_s": style.OK, "straggler_s": style.WARN, "parked_s": style.PARKED,
+          "refit_s": "#5b7db1", "train_s": "#33414e", "checkpoint_s": "#8e7cc3",
+          "other_s": "#c8ced4"}
+SHOWN_LEDGER = ["step", "start_s", "duration_s", "wait_s", "groups", *SPLIT,
+                "generation_bubble_s", "productive_s", "overhead_s", "idle_s", "wasted_s",
+                "weight_version", "batch_weight_version", "policy_lag", "prompt_groups"]
+SHOWN_STRAGGLERS = ["step", "rollout_id", "attempt", "committed_s", "duration_s", "why"]
+STEPS_KEY = [(LABELS[c], "■", COLORS[c]) for c in SPLIT]
+
+
+def split_plot(ledger: pd.DataFrame) -> hv.Bars:
+    """Each step's wall time, stacked by where it went (seconds)."""
+    rows = [(str(int(r["step"])), LABELS[c], max(0.0, float(r[c])))
+            for _, r in ledger.iterrows() for c in SPLIT if pd.notna(r[c])]
+    d = pd.DataFrame(rows, columns=["step", "part", "seconds"])
+    color = (hv.dim("part").categorize({LABELS[c]: COLORS[c] for c in SPLIT})
+             if len(d) else style.OK)
+    # Bokeh cannot stack no bars: a run without a step draws an empty, unstacked plot
+    return hv.Bars(d, ["step", "part"], "seconds").opts(
+        stacked=bool(len(d)), color=color, show_legend=False, responsive=True, height=280,
+        tools=["hover"], show_grid=True, xlabel="train step", ylabel="seconds",
+        fontsize={"xticks": "9pt", "yticks": "9pt"})
+
+
+class Steps(View):
+    """The step ledger of the DataStore's run."""
+
+    def __init__(self, data: DataStore, **params) -> None:
+        super().__init__(data, **params)
+        self.ledger = pd.DataFrame(columns=LEDGER_COLUMNS)
+        self.stragglers = pd.DataFrame(columns=STRAGGLER_COLUMNS)
+        self._plot = pn.pane.HoloViews(split_plot(self.ledger), sizing_mode="stretch_width")
+        self._table = text_table(self.ledger[SHOWN_LEDGER], pagination=None, page_size=None)
+        self._late = text_table(self.stragglers[SHOWN_STRAGGLERS])
+        self._note = pn.pane.HTML(stylesheets=[CSS], sizing_mode="stretch_width")
+        # a live run whose steps come from NeMo-RL's own spans changes none of the frames the
+        # tab follows (tries, snapshots, incidents): its new steps are read on asking
+        self._again = pn.widgets.Button(label="Read the steps again", width=200,
+                                        visible=data.live)
+        self._again.on_click(lambda *_: self._load(force=True))
+        self.param.watch(self._load, "revision")
+        self._load()
+
+    def _load(self, *_, force: bool = False) -> None:
+        d = self.data
+        changed = self._changed("steps", "rollout_attempts", "checkpoint_windows", "incidents")
+        if not (changed or force):
+            return
+        if d.run_id is None:
+            self._note.object = "<span class='rs-note'>No run in this store yet.</span>"
+            return
+        self.ledger = ledger_table(d.store, d.run_id)
+        self.stragglers = straggler_table(d.store, d.run_id)
+        self._plot.object = split_plot(self.ledger)
+        self._table.value = self.ledger[SHOWN_LEDGER].round(3)
+        self._late.value = self.stragglers[SHOWN_STRAGGLERS].round(3)
+        self._note.object = self._summary()
+
+    def _summary(self) -> str:
+        steps = self.ledger
+        if not len(steps):
+            return ("<span class='rs-note'>No train step in this run: neither NeMo-RL's "
+                    "<code>rl.&lt;algorithm&gt;.step</code> spans nor <code>rl.train_step</code> "
+                    "spans.</span>")
+        total = float(steps.duration_s.sum())
+        parts = ", ".join(f"{LABELS[c]} {float(steps[c].fillna(0).sum()):,.1f} s"
+                          for c in SPLIT if steps[c].fillna(0).sum() > 0)
+        dialects = ", ".join(sorted(set(steps.dialect.astype(str))))
+        return (f"<span class='rs-note'>{len(steps):,} train steps ({html.escape(dialects)}), "
+                f"{total:,.1f} s: {html.escape(parts)}</span>")
+
+    def __panel__(self):
+        return pn.Column(pn.Row(self._note, self._again, sizing_mode="stretch_width"),
+                         plot_title("Each step's wall time"),
+                         key_pane(key_html(STEPS_KEY)), self._plot,
+                         "**Per train step** (seconds; times from the run's start)", self._table,
+                         "**The groups each step waited for last**, and why", self._late,
+                         sizing_mode="stretch_width")
+
+
+__all__ = ["Steps", "split_plot"]
