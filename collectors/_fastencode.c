@@ -20,10 +20,11 @@
 #include "_arrow_columns.h"
 
 /* ---- configuration (configure()) -------------------------------------------------------- */
-/* the key indices set_keys gives: promoted and row keys first, copied keys from COPY_BASE as
+/* the key indices set_keys gives: the row keys first (fit.ROW_KEYS, whose Rule.index names
+ * them here), copied keys from COPY_BASE as
  * COPY_BASE + 4 * column + rank (fit.COPIED's columns and each one's keys, in order) */
-enum { K_ROLLOUT, K_EP_ROLLOUT, K_ATTEMPT, K_EP_ATTEMPT, K_PROMPT, K_CHECKPOINT, K_PKIND,
-       K_SHARD, K_RUN, K_MARKER, N_ROW_KEYS };
+enum { K_ROLLOUT, K_EP_ROLLOUT, K_ATTEMPT, K_EP_ATTEMPT, K_PROMPT, K_CHECKPOINT, K_KIND,
+       K_SHARD, K_RUN, K_MARKER_FOR, N_ROW_KEYS };
 #define COPY_BASE 16
 #define MAX_COPIES 8
 #define N_KEY_SLOTS (COPY_BASE + 4 * MAX_COPIES)
@@ -240,7 +241,7 @@ static int promote(PyObject **at, promo_t *p) {
     p->checkpoint.p = NULL;
     if (at[K_CHECKPOINT] && !text(at[K_CHECKPOINT], &p->checkpoint, 0)) return 0;
     p->pkind.p = NULL;
-    if (at[K_PKIND] && !text(at[K_PKIND], &p->pkind, 0)) return 0;
+    if (at[K_KIND] && !text(at[K_KIND], &p->pkind, 0)) return 0;
     p->shard.has = at[K_SHARD] != NULL;
     if (at[K_SHARD] && !whole(at[K_SHARD], INT32_MIN, INT32_MAX, &p->shard.v)) return 0;
     return 1;
@@ -361,7 +362,7 @@ static int gather(enc_t *e, PyObject *span, row_t *r) {
             if (!ix) { if (PyErr_Occurred()) goto fail; continue; }
             if (v != Py_None) at[PyLong_AsLong(ix)] = v;
         }
-        if (at[K_MARKER]) goto no;
+        if (at[K_MARKER_FOR]) goto no;
         int got = json_of(&r->scratch, d, &r->json);
         if (got < 0) { PyErr_NoMemory(); goto fail; }
         if (!got) goto no;

@@ -53,11 +53,11 @@ from rolloutscope.collectors.instrument.markers import (  # noqa: F401 - importa
     open_marker_attributes,
 )
 from rolloutscope.store.errors import QueueFullError
-from rolloutscope.store.fit import COPIED, ColumnFitError
+from rolloutscope.store.fit import COPIED, ROW_KEYS, ColumnFitError
 from rolloutscope.store.rows import RowBatch, arrow_from_buffers, attributes_json, span_problem
 from rolloutscope.store.schema import ARROW_SCHEMAS
 from rolloutscope.store.store import RunStore
-from rolloutscope.vocabulary import Attr, ResourceAttr
+from rolloutscope.vocabulary import ResourceAttr
 
 log = logging.getLogger(__name__)
 
@@ -148,16 +148,13 @@ _NO_SCOPE = object()  # no span's scope: the first span's is encoded
 
 
 # The compiled encoder (collectors/_fastencode.c): the common span's rows straight into Arrow
-# buffers, every other span left to ``SpanEncoder``'s Python loop. Its key indices: the promoted
-# and row keys in the order the C file names them, then each copied column's keys at
+# buffers, every other span left to ``SpanEncoder``'s Python loop. Its key indices: the row keys
+# (fit.ROW_KEYS, in the order of the C file's K_ enum), then each copied column's keys at
 # 16 + 4 * column + rank.
 FORCE_PYTHON_ENCODER_ENV = "ROLLOUTSCOPE_PYTHON_ENCODER"
 ENCODER_FALLBACK_COST = ("encoding exported spans in Python costs about 8 us more CPU per span "
                          "in the observed process (benchmarks/bench_exporter.py)")
-_ENCODE_KEYS = {key: i for i, key in enumerate((
-    Attr.ROLLOUT_ID, Attr.EPISODE_ROLLOUT_ID, Attr.RL_ATTEMPT, Attr.EPISODE_ATTEMPT,
-    Attr.PROMPT_IDX, Attr.CHECKPOINT_ID, Attr.CK_PARTICIPANT_KIND, Attr.SHARD_IDX, Attr.RUN_ID,
-    Attr.OPEN_MARKER_FOR))}
+_ENCODE_KEYS = {key: i for i, key in enumerate(ROW_KEYS)}
 _ENCODE_KEYS.update({key: 16 + 4 * column + rank for column, copy in enumerate(COPIED)
                      for rank, key in enumerate(copy.keys)})
 # each copied column as the C file's COPY_TEXT (0), COPY_INT (1) or COPY_AUTHORITY (2)

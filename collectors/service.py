@@ -63,7 +63,7 @@ FDS_KEPT_BACK = 128  # descriptors left for the store's files, the dashboard and
 MAX_SIZED_CONNECTIONS = 4096
 """Connections per server when the open-file limit sizes them, however high it is: an idle
 HTTP connection costs the collector about 18 KiB and a gRPC one 16, so 136 MiB at most for both
-servers, which the README's memory bound counts."""
+servers, which docs/collecting.md's memory bound counts."""
 FLEET_CONNECTIONS = 1024
 """Fewer connections per server than this, from the open-file limit, is warned about at start:
 a fleet of exporters (one per Gym server, engine and trainer rank) reaches it."""
@@ -110,8 +110,8 @@ class CollectorConfig:
     store_threads: int | None = None
     """DuckDB's threads for the live views and queries of the run file; None: DuckDB's default,
     one per core. While nothing reads a file, the writer commits on one thread (``RunStore``),
-    which costs less CPU per span; 1 keeps the views on one thread too (README, "Collecting from
-    real processes")."""
+    which costs less CPU per span; 1 keeps the views on one thread too (docs/collecting.md,
+    "DuckDB's threads follow the readers")."""
     scrape: ScrapeConfig | None = None
     """Engines' Prometheus ``/metrics`` read into the metrics table beside ingest
     (``collectors/scrape.py``); None: none."""

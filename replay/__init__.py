@@ -7,10 +7,10 @@ Which to call:
   file) replayed and judged against what was captured: ``capture_from_store`` /
   ``capture_from_golden`` make a ``Capture``, then ``replay_run`` (one; raises on divergence),
   ``replay_runs`` (several) or ``iter_replays`` (streaming) give a ``ReplayRunResult`` each, all
-  in ``replay_capture``;
+  in ``replay_capture``, each taking one ``ReplayOptions`` for how to replay;
 - a built-in scenario (``scenarios.get(NAME)``) run into a store: ``replay_into_store``
-  (``run_scenario``), giving a ``ReplayResult``; into a running collector at a wall-clock pace: ``replay_live``
-  (``run_live``);
+  (``run_scenario``), giving a ``ReplayResult``; into a running collector at a wall-clock pace:
+  ``replay_live`` (``run_live``);
 - a grid of configuration points over one scenario, on Ray or locally: ``run_sweep``
   (``sweep``).
 
@@ -29,7 +29,7 @@ _EXPORTS = {
     "Capture": "replay_capture", "capture_from_store": "replay_capture",
     "capture_from_golden": "replay_capture", "replay_run": "replay_capture",
     "replay_runs": "replay_capture", "iter_replays": "replay_capture",
-    "ReplayRunResult": "replay_capture",
+    "ReplayRunResult": "replay_capture", "ReplayOptions": "replay_capture",
     "replay_into_store": "run_scenario", "ReplayResult": "run_scenario",
     "replay_live": "run_live", "run_sweep": "sweep",
 }

@@ -80,10 +80,8 @@ def _delta_table(a: Mapping[str, Any], b: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["metric", "a", "b", "delta"])
 
 
-def _rollout_table(store_a: RunStore, run_a: str, store_b: RunStore, run_b: str
-                   ) -> pd.DataFrame:
-    a = rollout_outcomes(store_a, run_a)
-    b = rollout_outcomes(store_b, run_b)
+def _rollout_table(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    """Each side's ``rollout_outcomes``, per prompt."""
     merged = a.merge(b, on=["prompt_idx", "rollout_id"], how="outer", suffixes=("_a", "_b"))
     merged["changed"] = [
         oa != ob or ta != tb for oa, ob, ta, tb in zip(
@@ -91,15 +89,13 @@ def _rollout_table(store_a: RunStore, run_a: str, store_b: RunStore, run_b: str
     return merged.sort_values("prompt_idx", ignore_index=True)
 
 
-def _snapshot_table(store_a: RunStore, run_a: str, store_b: RunStore, run_b: str, *,
+def _snapshot_table(a: pd.DataFrame, b: pd.DataFrame, *,
                     window: tuple[float, float] | None = None) -> pd.DataFrame:
-    """Snapshots aligned by their index in each run (1 = the first attempt that ran; for a
-    window, the first of A's that started in it)."""
-    a = snapshot_outcomes(store_a, run_a)
+    """Each side's ``snapshot_outcomes`` aligned by their index in each run (1 = the first
+    attempt that ran; for a window, the first of A's that started in it)."""
     if window is not None:
         a = in_window(a, window).reset_index(drop=True)
         a["snapshot"] = range(1, len(a) + 1)
-    b = snapshot_outcomes(store_b, run_b)
     merged = a.merge(b, on="snapshot", how="outer", suffixes=("_a", "_b"))
     merged["changed"] = [oa != ob for oa, ob in zip(merged.outcome_a, merged.outcome_b,
                                                     strict=True)]
@@ -194,12 +190,16 @@ def compare_runs(store_a: RunStore, run_a: str, store_b: RunStore, run_b: str, *
                  verdicts: Any = None) -> RunComparison:
     """Run A against run B. ``verdicts``: the ``ReplayRunResult`` of the replay that made B,
     whose window (both sides are cut to it), incidents with no verdict and the figures it
-    compared with (for a window, the as-captured replay's) the comparison keeps."""
+    compared with (for a window, the as-captured replay's) the comparison keeps. Each run's time
+    zero is read once and handed to every reader."""
     window = getattr(verdicts, "window", None)
-    before, after = timeline_frames(store_a, run_a, store_b, run_b)
+    require_run(store_a, run_a)
+    require_run(store_b, run_b)
+    origin_a, origin_b = origin_ns(store_a, run_a), origin_ns(store_b, run_b)
+    before, after = timeline_frames(store_a, run_a, store_b, run_b, origins=(origin_a, origin_b))
     generation = generation_summary(store_b, run_b) or {}
     outcomes_a: Mapping[str, Any] = outcome_counts(store_a, run_a).as_dict()
-    timings_a: Mapping[str, Any] = timing_summary(store_a, run_a)
+    timings_a: Mapping[str, Any] = timing_summary(store_a, run_a, origin=origin_a)
     figures_note = ""
     against = getattr(verdicts, "figures_against", "capture")
     if against == "as-captured":
@@ -212,23 +212,26 @@ def compare_runs(store_a: RunStore, run_a: str, store_b: RunStore, run_b: str, *
         timings_a = {k: None for k in timings_a}
         figures_note = (f"Not compared: run {run_a}'s figures cover the whole run, run "
                         f"{run_b} only the window.")
-    rollouts = _rollout_table(store_a, run_a, store_b, run_b)
-    snapshots = _snapshot_table(store_a, run_a, store_b, run_b)
+    rollouts_b = rollout_outcomes(store_b, run_b, origin=origin_b)
+    rollouts = _rollout_table(rollout_outcomes(store_a, run_a, origin=origin_a), rollouts_b)
+    snapshots = _snapshot_table(snapshot_outcomes(store_a, run_a, origin=origin_a),
+                                snapshot_outcomes(store_b, run_b, origin=origin_b), window=window)
     if window is not None:
-        replayed = set(rollout_outcomes(store_b, run_b).prompt_idx.dropna())
+        replayed = set(rollouts_b.prompt_idx.dropna())
         rollouts = rollouts[rollouts.prompt_idx.isin(replayed)].reset_index(drop=True)
-        snapshots = _snapshot_table(store_a, run_a, store_b, run_b, window=window)
         before = before[(before.end_s.fillna(window[1]) >= window[0])
                         & (before.start_s <= window[1])]
     return RunComparison(
         backend=str(generation.get("backend", "recorded")), latency=latency_table(generation),
         run_a=run_a, run_b=run_b, window=window, figures_note=figures_note,
-        incidents=_incident_table(in_window(incident_frame(store_a, run_a), window),
-                                  in_window(incident_frame(store_b, run_b), window),
+        incidents=_incident_table(in_window(incident_frame(store_a, run_a, origin=origin_a),
+                                            window),
+                                  in_window(incident_frame(store_b, run_b, origin=origin_b),
+                                            window),
                                   tuple(getattr(verdicts, "no_verdict", ())),
                                   tuple(getattr(verdicts, "as_captured_only", ()))),
         outcomes=_delta_table(outcomes_a, outcome_counts(store_b, run_b).as_dict()),
-        timings=_delta_table(timings_a, timing_summary(store_b, run_b)),
+        timings=_delta_table(timings_a, timing_summary(store_b, run_b, origin=origin_b)),
         rollouts=rollouts, snapshots=snapshots,
         timeline=pd.concat([before, after], ignore_index=True))
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from rolloutscope.config import FLAT_KEYS
 from rolloutscope.store import RunStore
 from rolloutscope.vocabulary import (
     Attr,
@@ -68,18 +69,6 @@ from rolloutscope.replay.scenario import (
 # runs.metadata key under which a replay made by this package records its scenario document
 SCENARIO_DOCUMENT_KEY = "scenario_document"
 MODEL_CALL_SPANS = (SpanName.GYM_MODEL_RESPONSES, SpanName.GYM_MODEL_CHAT)
-# flat keys an importer records, onto the scenario's nested config
-FLAT_CONFIG_KEYS = {
-    "rollout_timeout_s": ("rollout", "rollout_timeout_s"),
-    "num_generations_per_prompt": ("rollout", "num_generations_per_prompt"),
-    "max_infra_attempts_per_prompt": ("rollout", "max_infra_attempts_per_prompt"),
-    "max_data_attempts_per_prompt": ("rollout", "max_data_attempts_per_prompt"),
-    "prepare_timeout_s": ("checkpoint", "prepare_timeout_s"),
-    "lease_grace_seconds": ("checkpoint", "lease_grace_s"),
-    "stall_timeout_s": ("watchdog", "stall_timeout_s"),
-    "watchdog_interval_s": ("watchdog", "interval_s"),
-    "max_num_steps": ("training", "max_num_steps"),
-}
 _HTTP_STATUS = re.compile(r"HTTP (\d{3})")
 # the detail a replay's Gym gives a /run it failed on purpose; fleet faults fail runs with
 # their own detail and are read from the fault list instead
@@ -320,7 +309,7 @@ def _config(recorded: Mapping[str, Any], notes: _Notes) -> Config:
         if isinstance(block, Mapping):
             used.add(f.name)
             sections[f.name] = dict(block)
-    for key, (section, name) in FLAT_CONFIG_KEYS.items():
+    for key, (section, name) in FLAT_KEYS.items():
         if key in recorded and name not in sections.get(section, {}):
             used.add(key)
             sections.setdefault(section, {})[name] = recorded[key]

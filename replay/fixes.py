@@ -13,7 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from rolloutscope.replay.replay_capture import ReplayRunResult, capture_from_store, iter_replays
+from rolloutscope.replay.replay_capture import (
+    ReplayOptions,
+    ReplayRunResult,
+    capture_from_store,
+    iter_replays,
+)
 from rolloutscope.replay.variants import Variant
 from rolloutscope.store import RunStore
 
@@ -59,5 +64,5 @@ def replay_fixes(store: RunStore, run_id: str, plans: Iterable[FixPlan]
     capture = capture_from_store(store, run_id)
     for plan in plans:
         for result in iter_replays([capture], out=store, variants=plan.variants,
-                                   check_determinism=False):
+                                   options=ReplayOptions(check_determinism=False)):
             yield plan, result

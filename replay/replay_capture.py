@@ -1,20 +1,22 @@
 """Replay captured runs against participant code, Temporal-style: one iterator, three calls.
 
 ``iter_replays`` (streaming), ``replay_runs`` (plural) and ``replay_run`` (singular) share one
-generator. Each capture (a run in a store, optionally a window around one incident, or a golden
-capture file) becomes a scenario, is replayed into an output store as a new run, and comes back
-as a frozen ``ReplayRunResult``: the incidents that reproduced, vanished or appeared, outcome
-counts before and after, timing deltas, and the divergence found (``Divergence`` records). A
-replay that could not run (a plug-in that does not fit, say) is a result with a
-``ReplayFailure`` set, not an exception. Raising is
-the caller's choice: ``fail_on_divergence`` (on by default for the singular call, off for the
-plural one, as in Temporal) raises ``ReplayDivergenceError`` carrying the result.
+generator, and take how to replay as one ``ReplayOptions`` (participants, where their upstream
+code is, the determinism and reference checks, a real backend and its speed), handed down whole.
+Each capture (a run in a store, optionally a window around one incident, or a golden capture
+file) becomes a scenario, is replayed into an output store as a new run, and comes back as a
+frozen ``ReplayRunResult``: the incidents that reproduced, vanished or appeared, outcome counts
+before and after, timing deltas, and the divergence found (``Divergence`` records). A replay
+that could not run (a plug-in that does not fit, say) is a result with a ``ReplayFailure`` set,
+not an exception. Raising is the caller's choice: ``fail_on_divergence`` (on by default for the
+singular call, off for the plural one, as in Temporal) raises ``ReplayDivergenceError`` carrying
+the result.
 
 Divergence is judged where the capture is the expectation: with the reference models and no
 variant, the replay must reproduce the capture's incidents and outcome counts. Determinism is
 judged always: each replay is run a second time with the same seed and the two runs' spans must
 hash alike, so a participant that reads the wall clock or an unseeded random source is caught.
-The exception is a replay on a real generation backend (``backend``, a factory of one): it runs
+The exception is a replay on a real generation backend (``ReplayOptions.backend``): it runs
 in wall-clock time, its timings are the engine's, and the run records them instead.
 """
 
@@ -107,9 +109,10 @@ def capture_from_store(path: str | Path | RunStore, run_id: str | None = None, *
         path = store.path
         extraction = extract_scenario(store, run_id, incident_id=incident_id, pad_s=pad_s)
         rid = extraction.report.run_id
-        incidents = run_reads.incident_frame(store, rid)
+        origin = run_reads.origin_ns(store, rid)
+        incidents = run_reads.incident_frame(store, rid, origin=origin)
         outcomes = run_reads.outcome_counts(store, rid)
-        timings = run_reads.timing_summary(store, rid)
+        timings = run_reads.timing_summary(store, rid, origin=origin)
         variants = store.query("SELECT variants FROM runs WHERE run_id = ?", [rid])
     keys = tuple(sorted(in_window(incidents, extraction.report.window).key))
     recorded = json.loads(variants[0][0]) if variants and variants[0][0] else []
@@ -286,50 +289,78 @@ class ReplayRunResults:
         return tuple(r for r in self.results if r.error is not None)
 
 
+# -- the options of a replay ---------------------------------------------------------------------
+BackendFactory = Callable[[], GenerationBackend]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayOptions:
+    """How a replay runs, stated once: the three calls take one and hand it down as it is.
+
+    ``participants``: the code under test, as ``KIND=SOURCE`` specs (``ParticipantSpec``) or a
+    mapping of kind to factory; none: the reference models. ``participant_paths``: where the
+    upstream code of ``nemo_rl``/``nemo_gym`` participants is (``{"nemo_rl": CHECKOUT}``; else
+    the environment variables). ``check_determinism``: replay each capture a second time and
+    compare the two runs' span digests. ``compare_reference``: with plugged participants, also
+    replay the reference models and report where the runs part. ``backend``/``speed``: serve
+    the model calls on a real engine (a factory of one) at ``speed``x wall-clock time; such a
+    replay's timings are the engine's, so it is neither re-run nor compared with the reference.
+    """
+
+    participants: Sequence[ParticipantSpec | str] | Mapping[str, Factory] = ()
+    participant_paths: Mapping[str, str] | None = None
+    check_determinism: bool = True
+    compare_reference: bool = True
+    backend: BackendFactory | None = None
+    speed: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.participants, Mapping):
+            object.__setattr__(self, "participants", tuple(self.participants))
+
+    @property
+    def on_backend(self) -> bool:
+        return self.backend is not None
+
+
+@dataclass(frozen=True)
+class _Plugged:
+    """The options' participants as the engine takes them."""
+
+    factories: Mapping[str, Factory]
+    labels: tuple[str, ...]
+    records: tuple[ImplementationRecord, ...] = ()
+
+    @classmethod
+    def of(cls, options: ReplayOptions) -> _Plugged:
+        if isinstance(options.participants, Mapping):
+            return cls(dict(options.participants), tuple(sorted(options.participants)))
+        specs = [ParticipantSpec.parse(s) if isinstance(s, str) else s
+                 for s in options.participants]
+        plugged = participant_factories(specs, paths=options.participant_paths)
+        return cls(dict(plugged.factories), plugged.labels, plugged.implementations)
+
+
 # -- the one iterator ---------------------------------------------------------------------------
 def iter_replays(captures: Iterable[Capture], *, out: RunStore | str | Path,
                  variants: Iterable[str] = (),
-                 participants: Sequence[ParticipantSpec | str] | Mapping[str, Factory] = (),
-                 participant_paths: Mapping[str, str] | None = None,
-                 check_determinism: bool = True, compare_reference: bool = True,
-                 backend: BackendFactory | None = None,
-                 speed: float = 1.0) -> Iterator[ReplayRunResult]:
-    """Replay each capture into ``out`` as a new run, yielding each result as it is ready.
-    ``participant_paths``: where the upstream code of ``nemo_rl``/``nemo_gym`` participants is
-    (``{"nemo_rl": CHECKOUT}``; else the environment variables). ``compare_reference``: with
-    plugged participants, also replay the reference models and report where the runs part.
-    ``backend``/``speed``: serve the model calls on a real engine at ``speed``x wall-clock
-    time."""
+                 options: ReplayOptions | None = None) -> Iterator[ReplayRunResult]:
+    """Replay each capture into ``out`` as a new run with ``variants`` on, yielding each result
+    as it is ready. ``options``: how (``ReplayOptions``; none: the defaults)."""
+    options = options or ReplayOptions()
     chosen = ordered(parse_variants(variants))
-    records: tuple[ImplementationRecord, ...] = ()
-    if isinstance(participants, Mapping):
-        factories, labels = dict(participants), tuple(sorted(participants))
-    else:
-        specs = [ParticipantSpec.parse(s) if isinstance(s, str) else s for s in participants]
-        plugged = participant_factories(specs, paths=participant_paths)
-        factories, labels, records = dict(plugged.factories), plugged.labels, \
-            plugged.implementations
+    plugged = _Plugged.of(options)
     with ExitStack() as stack:
         store = out if isinstance(out, RunStore) else stack.enter_context(RunStore(out))
         for capture in captures:
-            yield _replay_one(capture, store, chosen, factories, labels, check_determinism,
-                              _OnBackend(backend, speed) if backend is not None else None,
-                              records=records, compare_reference=compare_reference)
+            yield _replay_one(capture, store, chosen, plugged, options)
 
 
 def replay_runs(captures: Iterable[Capture], *, out: RunStore | str | Path,
-                variants: Iterable[str] = (),
-                participants: Sequence[ParticipantSpec | str] | Mapping[str, Factory] = (),
-                participant_paths: Mapping[str, str] | None = None,
-                check_determinism: bool = True, compare_reference: bool = True,
-                fail_on_divergence: bool = False, backend: BackendFactory | None = None,
-                speed: float = 1.0) -> ReplayRunResults:
+                variants: Iterable[str] = (), options: ReplayOptions | None = None,
+                fail_on_divergence: bool = False) -> ReplayRunResults:
     results = []
-    for result in iter_replays(captures, out=out, variants=variants, participants=participants,
-                               participant_paths=participant_paths,
-                               check_determinism=check_determinism,
-                               compare_reference=compare_reference, backend=backend,
-                               speed=speed):
+    for result in iter_replays(captures, out=out, variants=variants, options=options):
         if fail_on_divergence and result.diverged:
             raise ReplayDivergenceError(result)
         results.append(result)
@@ -337,17 +368,10 @@ def replay_runs(captures: Iterable[Capture], *, out: RunStore | str | Path,
 
 
 def replay_run(capture: Capture, *, out: RunStore | str | Path, variants: Iterable[str] = (),
-               participants: Sequence[ParticipantSpec | str] | Mapping[str, Factory] = (),
-               participant_paths: Mapping[str, str] | None = None,
-               check_determinism: bool = True, compare_reference: bool = True,
-               fail_on_divergence: bool = True, backend: BackendFactory | None = None,
-               speed: float = 1.0) -> ReplayRunResult:
-    return replay_runs([capture], out=out, variants=variants, participants=participants,
-                       participant_paths=participant_paths,
-                       check_determinism=check_determinism,
-                       compare_reference=compare_reference,
-                       fail_on_divergence=fail_on_divergence, backend=backend,
-                       speed=speed).results[0]
+               options: ReplayOptions | None = None,
+               fail_on_divergence: bool = True) -> ReplayRunResult:
+    return replay_runs([capture], out=out, variants=variants, options=options,
+                       fail_on_divergence=fail_on_divergence).results[0]
 
 
 # -- one replay ---------------------------------------------------------------------------------
@@ -362,24 +386,16 @@ def _new_run_id(store: RunStore, capture: Capture, variants: tuple[str, ...]) ->
     return run_id
 
 
-BackendFactory = Callable[[], GenerationBackend]
-
-
-@dataclass(frozen=True)
-class _OnBackend:
-    factory: BackendFactory
-    speed: float
-
-
 def _run(scenario: Scenario, store: RunStore, run_id: str, variants: tuple[str, ...],
          factories: Mapping[str, Factory],
-         on_backend: _OnBackend | None = None) -> Mapping[str, Any] | None:
-    """Replay into ``store``; each plugged kind goes to the engine's ``<kind>_factory``.
-    Returns the generation summary of a replay on a real backend."""
+         options: ReplayOptions | None = None) -> Mapping[str, Any] | None:
+    """Replay into ``store``; each plugged kind goes to the engine's ``<kind>_factory``; with
+    ``options`` naming a backend, on that engine. Returns the generation summary of a replay
+    on a real backend."""
     kwargs: dict[str, Any] = {"variants": variants, "run_id": run_id}
-    if on_backend is not None:
-        kwargs["backend"] = on_backend.factory()
-        kwargs["driver"] = wall_clock_driver(on_backend.speed)
+    if options is not None and options.backend is not None:
+        kwargs["backend"] = options.backend()
+        kwargs["driver"] = wall_clock_driver(options.speed)
     accepted = inspect.signature(replay).parameters
     for kind, factory in factories.items():
         name = ENGINE_SLOT.get(PluginKind(kind), f"{kind}_factory") \
@@ -492,11 +508,12 @@ def _as_captured(scenario: Scenario, switches: tuple[str, ...],
         with tempfile.TemporaryDirectory(prefix="rolloutscope-as-captured-") as tmp:
             with RunStore(Path(tmp) / "as-captured.duckdb") as store:
                 _run(scenario, store, "as-captured", switches, {})
+                origin = run_reads.origin_ns(store, "as-captured")
+                incidents = run_reads.incident_frame(store, "as-captured", origin=origin)
                 _keep_as_captured(scenario, switches, window, _AsCaptured(
-                    incidents=Counter(in_window(run_reads.incident_frame(store, "as-captured"),
-                                                window).key),
+                    incidents=Counter(in_window(incidents, window).key),
                     outcomes=run_reads.outcome_counts(store, "as-captured"),
-                    timings=run_reads.timing_summary(store, "as-captured")))
+                    timings=run_reads.timing_summary(store, "as-captured", origin=origin)))
     return _AS_CAPTURED[key]
 
 
@@ -510,10 +527,9 @@ def _keep_as_captured(scenario: Scenario, switches: tuple[str, ...],
 
 
 def _replay_one(capture: Capture, store: RunStore, variants: tuple[str, ...],
-                factories: Mapping[str, Factory], labels: tuple[str, ...],
-                check_determinism: bool, on_backend: _OnBackend | None, *,
-                records: tuple[ImplementationRecord, ...] = (),
-                compare_reference: bool = False) -> ReplayRunResult:
+                plugged: _Plugged, options: ReplayOptions) -> ReplayRunResult:
+    factories, labels, records = plugged.factories, plugged.labels, plugged.records
+    on_backend = options.on_backend
     run_id = _new_run_id(store, capture, variants)
     base = {"capture": capture.label, "captured_run_id": capture.run_id, "run_id": run_id,
             "out": str(store.path), "variants": variants, "participants": labels,
@@ -524,7 +540,7 @@ def _replay_one(capture: Capture, store: RunStore, variants: tuple[str, ...],
     # replayer; without plug-ins only the replay package's own typed errors are data
     expected: tuple[type[BaseException], ...] = (Exception,) if factories else (ReplayError,)
     try:
-        generation = _run(scenario, store, run_id, variants, factories, on_backend)
+        generation = _run(scenario, store, run_id, variants, factories, options)
     except expected as exc:
         return ReplayRunResult(**base, failure=ReplayFailure.of(exc))
     store.register_run(
@@ -537,10 +553,11 @@ def _replay_one(capture: Capture, store: RunStore, variants: tuple[str, ...],
                   SCENARIO_DOCUMENT_KEY: scenario.to_dict()},
         origin_ns=VIRTUAL_EPOCH_NS)
     window = capture.window
-    replayed = in_window(run_reads.incident_frame(store, run_id), window)
+    origin = run_reads.origin_ns(store, run_id)
+    replayed = in_window(run_reads.incident_frame(store, run_id, origin=origin), window)
     captured, seen = Counter(capture.incidents), Counter(replayed.key)
     outcomes = run_reads.outcome_counts(store, run_id)
-    timings = run_reads.timing_summary(store, run_id)
+    timings = run_reads.timing_summary(store, run_id, origin=origin)
     before_outcomes, before_timings = capture.outcomes, capture.timings
     figures = "capture" if window is None else ""
     no_verdict: list[IncidentKey] = []
@@ -548,7 +565,7 @@ def _replay_one(capture: Capture, store: RunStore, variants: tuple[str, ...],
     switches = _captured_switches(capture)
     if set(variants) == set(switches):  # this replay is the as-captured one
         reproduced, vanished, appeared = run_reads.match_incidents(captured, seen)
-        if not factories and on_backend is None:
+        if not factories and not on_backend:
             _keep_as_captured(scenario, switches, window,
                               _AsCaptured(incidents=seen, outcomes=outcomes, timings=timings))
     else:
@@ -571,12 +588,12 @@ def _replay_one(capture: Capture, store: RunStore, variants: tuple[str, ...],
         diffs = capture.outcomes.differences(outcomes) if capture.judge_outcomes else {}
         if diffs:
             divergence.append(Divergence.outcomes(diffs))
-    if check_determinism and on_backend is None:  # a real engine's timings are its own
+    if options.check_determinism and not on_backend:  # a real engine's timings are its own
         again = _second_digest(scenario, variants, factories)
         if again != digest:
             divergence.append(Divergence.nondeterminism(digest, again))
     versus = None
-    if factories and compare_reference and on_backend is None:
+    if factories and options.compare_reference and not on_backend:
         versus = _versus_reference(scenario, store, run_id, variants, digest,
                                    Counter(replayed.key), factories)
     return ReplayRunResult(

@@ -3,10 +3,10 @@
 The reference models reproduce the systems the upstream sources describe; a variant turns one
 fix on so a replay can show the difference (the table in docs/domain/incidents.md, "Fixes as
 replay variants"). A scenario lists the fixes its system already had (``Scenario.fixes``):
-NVIDIA-NeMo/RL #3590's merged system has all four fleet fixes (``SEED_003_MERGED``), so its
-scenarios carry them and reproduce a pre-fix behaviour by leaving one out, while the checkpoint
-scenarios (NVIDIA-NeMo/RL #4266, NVIDIA-NeMo/Gym #3883) carry none. A replay adds variants to a
-scenario's fixes or takes them away.
+NVIDIA-NeMo/RL #3590's merged system has all four fleet fixes (``MERGED_FLEET_FIXES``), so
+its scenarios carry them and reproduce a pre-fix behaviour by leaving one out, while the
+checkpoint scenarios (NVIDIA-NeMo/RL #4266, NVIDIA-NeMo/Gym #3883) carry none. A replay adds
+variants to a scenario's fixes or takes them away.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ CHANGES: dict[Variant, frozenset[str]] = {
 }
 
 
-SEED_003_MERGED: frozenset[Variant] = frozenset({
+MERGED_FLEET_FIXES: frozenset[Variant] = frozenset({
     Variant.FLEET_HEALTH_ENABLED, Variant.SEPARATE_REPORTED_FAILURE_STREAK,
     Variant.ROUTER_500_NOT_504, Variant.PROBE_AT_PROBE_INTERVAL})
 

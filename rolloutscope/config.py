@@ -14,6 +14,12 @@ serve every block:
 - ``check_bounds(obj)``: the declared bounds of each field, and with ``deep=True`` those of every
   nested block.
 
+A run's recorded config may be nested (a replay's scenario: ``{"watchdog": {"interval_s": 30}}``)
+or flat (an importer's derived keys, a ``--config`` file: ``{"watchdog_interval_s": 30}``).
+``FLAT_KEYS`` says once where each flat key goes in the nested config; the replay's extractor
+reads a run's config through it and the ``run_thresholds`` view's flat fallbacks are held to it
+(tests/test_config_keys.py).
+
 A problem is a ``ConfigProblem`` (what kind, the dotted path of the key, the key, the detail),
 raised as ``ConfigError`` unless the caller passes ``fail``, which turns it into the owner's own
 error with the owner's wording (a scenario's ``ScenarioError``, fleet health's
@@ -29,6 +35,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum, StrEnum
 from functools import cache
+from types import MappingProxyType
 from typing import Any, NoReturn, Union
 
 _BOUNDS = "rolloutscope.config.bounds"
@@ -254,3 +261,23 @@ def _bounded(obj: Any, path: str, deep: bool) -> Iterator[tuple[str, str, Any, _
                 yield from _bounded(item, f"{where}[{i}]", deep)
         elif value is not None:
             yield from _bounded(value, where, deep)
+
+
+# Each flat key a run may record, with its place (section, name) in the nested config. The flat
+# name is upstream's where the threshold is upstream's: Gym's ``checkpoint.lease_grace_seconds``,
+# NeMo-RL's fleet health ``unhealthy_threshold`` (``FleetHealthPolicy``) and generation router
+# ``backend_timeout_s``, ``grpo.max_num_steps``, ``rollout_checkpointing.gym.prepare_timeout_s``;
+# the stall watchdog's interval is ``watchdog_interval_s``, flat, as its name alone says nothing.
+FLAT_KEYS: Mapping[str, tuple[str, str]] = MappingProxyType({
+    "rollout_timeout_s": ("rollout", "rollout_timeout_s"),
+    "num_generations_per_prompt": ("rollout", "num_generations_per_prompt"),
+    "max_infra_attempts_per_prompt": ("rollout", "max_infra_attempts_per_prompt"),
+    "max_data_attempts_per_prompt": ("rollout", "max_data_attempts_per_prompt"),
+    "prepare_timeout_s": ("checkpoint", "prepare_timeout_s"),
+    "lease_grace_seconds": ("checkpoint", "lease_grace_s"),
+    "stall_timeout_s": ("watchdog", "stall_timeout_s"),
+    "watchdog_interval_s": ("watchdog", "interval_s"),
+    "max_num_steps": ("training", "max_num_steps"),
+    "unhealthy_threshold": ("fleet", "unhealthy_threshold"),
+    "backend_timeout_s": ("router", "backend_timeout_s"),
+})

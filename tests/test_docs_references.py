@@ -8,6 +8,9 @@
 - Every ``docs/….md`` or ``docs/….md#anchor`` mentioned anywhere (code comments, docstrings,
   SQL, notebooks, scripts) names an existing file, relative to the repository root, and an
   existing heading anchor.
+- Every repository path the README and ``docs/`` cite (a path under one of the repository's
+  top-level folders, ``replay/sim/fleet.py`` or ``tests/store/``) exists; a pattern (with ``*``,
+  ``<…>``, ``{…}``, ``NN`` or a one-letter placeholder, ``replay/X``) is left alone.
 
 Anchors are GitHub's heading slugs: the heading's text lowercased, everything but letters,
 digits, ``_``, ``-`` and spaces dropped, spaces turned into ``-``; a repeated heading gets
@@ -28,7 +31,7 @@ EXCLUDED = ("tests/fixtures/",)
 
 # a note outside the project by file name, a numbered source document, a numbered section of one
 # (the project's docs have anchors, not section numbers) or a source tag in square brackets
-OUTSIDE = re.compile(r"\b(?:DOMAIN|DESIGN|STYLE)\.md\b|\bseeds?[- ]0\d\d\b|§\s*\d"
+OUTSIDE = re.compile(r"\b(?:DOMAIN|DESIGN|STYLE)\.md\b|seeds?[-_ ]?0\d\d|§\s*\d"
                      r"|(?-i:\[(?:RL|GYM|CK1?|S[034]|LENS)\])", re.IGNORECASE)
 # docs/<path>.md with an optional #anchor, not inside a longer path or URL
 DOCS_REF = re.compile(r"(?<![\w./-])(docs/[\w./-]*?\.md)(?:#([\w-]+))?")
@@ -90,6 +93,22 @@ def markdown_links(markdown: str) -> list[tuple[int, str]]:
     """(line, target) of every relative link; URLs with a scheme are not ours to check."""
     return [(n, target) for n, line in _prose_lines(markdown)
             for target in MD_LINK.findall(line) if not SCHEME.match(target)]
+
+
+def repository_paths(text: str, folders: Iterable[str]) -> list[tuple[int, str]]:
+    """(line, path) of every path under one of ``folders`` (the repository's top-level folders)
+    a text cites, not inside a longer path or URL; patterns and placeholders are left out."""
+    names = "|".join(re.escape(f) for f in sorted(folders, key=len, reverse=True))
+    if not names:
+        return []
+    found = re.compile(rf"(?<![\w./@:-])((?:{names})/[\w./*<>{{}}-]*)")
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        for m in found.finditer(line):
+            path = m.group(1).rstrip(".")
+            if not re.search(r"[*<>{}]|\bNN|/[A-Z](?:/|$)", path):
+                out.append((n, path))
+    return out
 
 
 def docs_references(text: str) -> list[tuple[int, str, str | None]]:
@@ -180,6 +199,23 @@ def test_every_docs_reference_resolves():
     assert not found, _problems(found)
 
 
+def _top_level_folders() -> set[str]:
+    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True,
+                            check=True).stdout.decode().splitlines()
+    return {p.split("/", 1)[0] for p in listed if "/" in p and not p.startswith(".")}
+
+
+def test_every_repository_path_the_docs_cite_exists():
+    folders = _top_level_folders()
+    assert {"rolloutscope", "replay", "tests", "docs"} <= folders
+    found = [f"{rel}:{n}: {path} does not exist"
+             for rel, text in tracked_texts()
+             if rel == "README.md" or (rel.startswith("docs/") and rel.endswith(".md"))
+             for n, path in repository_paths(text, folders)
+             if not (ROOT / path).exists()]
+    assert not found, _problems(found)
+
+
 def test_the_incident_patterns_each_have_a_heading():
     text = (ROOT / "docs/domain/incidents.md").read_text(encoding="utf-8")
     numbered = {a.split("--")[0] for a in anchors(text) if re.match(r"p\d+--", a)}
@@ -194,8 +230,12 @@ def test_a_citation_of_an_outside_document_is_caught():
     text = (f"ok line\n# see {name} {chr(167)}5\nas seed {'00'}4 says\nthe seed-{'00'}3 harness\n"
             f"seeds {'00'}3 and 004\nsee {chr(167)}4.2\nfirst generation [{'CK'}1]\n")
     assert [n for n, _ in outside_mentions(text)] == [2, 3, 4, 5, 6, 7]
-    # identifiers and the replay's random seed are not citations
-    assert outside_mentions("SEED_003_MERGED = ...\nseed=0\n--seed N\nseeds 12\nd[ck] = 1\n") == []
+    # names built from one are caught too: they say where a thing came from, not what it holds
+    names = (f"SEED_{'00'}3_MERGED = 1\ndef test_seed_{'00'}0s_table():\n"
+             f"the_seed_{'00'}4_timeline\nSEED{'00'}4 = {{}}\nclass TestSeed{'00'}3Numbers:\n")
+    assert [n for n, _ in outside_mentions(names)] == [1, 2, 3, 4, 5]
+    # the replay's random seed is not a citation
+    assert outside_mentions("MERGED_FLEET_FIXES = 1\nseed=0\n--seed N\nseeds 12\nd[ck] = 1\n") == []
 
 
 def test_github_slugs():
@@ -216,6 +256,12 @@ def test_a_broken_link_or_anchor_is_caught(tmp_path):
     text = ("[a](page.md#known-section) [b](https://x.org/y.md) `[c](nowhere.md)`\n"
             "```\n[d](nowhere.md)\n```\n[e](other.md)\n")
     assert markdown_links(text) == [(1, "page.md#known-section"), (5, "other.md")]
+    folders = ("replay", "tests")
+    cited = ("see `replay/sim/fleet.py`, replay/run_scenario.py. and tests/store/; not "
+             "https://x.org/replay/a.py, src/replay/b.py, tests/replay/test_*.py, "
+             "replay/<name>.py, replay/X\n")
+    assert repository_paths(cited, folders) == [
+        (1, "replay/sim/fleet.py"), (1, "replay/run_scenario.py"), (1, "tests/store/")]
     ref = "docs" + "/domain/incidents.md"
     assert docs_references(f"see {ref}#p1--x and {ref}.\nhttps://h/{ref}\n") == [
         (1, ref, "p1--x"), (1, ref, None)]

@@ -141,7 +141,8 @@ typedef struct {
     uint64_t max_items, max_attrs, max_bytes, max_events, max_links;
 } limits_t;
 
-/* the promoted keys (rows.promoted), then the copied ones (fit.COPIED) */
+/* the promoted keys (fit.INDEXED_KEYS, whose Rule.index names them here), then the copied ones
+ * (fit.COPIED) */
 enum { K_ROLLOUT, K_EP_ROLLOUT, K_ATTEMPT, K_EP_ATTEMPT, K_PROMPT, K_CHECKPOINT, K_KIND,
        K_SHARD, K_RUN, K_MARKER_FOR, K_SERVICE,
        K_DEADLINE_KIND, K_DEADLINE_OUTCOME, K_ROLLOUT_OUTCOME, K_FAILURE_CLASS,

@@ -10,8 +10,9 @@ decoding it. A request that could never fit (its cost alone is over the limit) i
 ``PayloadTooLargeError`` (413), since retrying it cannot help.
 
 ``ROW_BYTES_PER_BODY_BYTE`` is measured (tests/collectors/test_memory_bound.py measures the
-collector's peak RSS against the README's figure): decoded rows of the usual span shapes hold
-5–10 bytes of Python objects per byte of protobuf, and their Arrow copy at commit 5–9 more.
+collector's peak RSS against the figure in docs/collecting.md): decoded rows of the usual span
+shapes hold 5–10 bytes of Python objects per byte of protobuf, and their Arrow copy at commit
+5–9 more.
 """
 
 from __future__ import annotations

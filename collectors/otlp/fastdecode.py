@@ -17,10 +17,9 @@ import logging
 import os
 
 from rolloutscope.collectors.otlp.limits import DecodeLimits
-from rolloutscope.store.fit import COPIED
+from rolloutscope.store.fit import COPIED, INDEXED_KEYS
 from rolloutscope.store.rows import RowBatch, arrow_from_buffers
 from rolloutscope.store.schema import ARROW_SCHEMAS
-from rolloutscope.vocabulary import Attr, ResourceAttr
 
 log = logging.getLogger(__name__)
 
@@ -29,12 +28,10 @@ FALLBACK_COST = ("decoding OTLP traces in Python costs more than twice the recei
                  "(about 15 us instead of 6.5, and 5-14 times the decode alone; "
                  "benchmarks/bench_ingest.py and bench_decode.py measure it)")
 
-# in the order _fastdecode.c indexes them: the promoted keys, then the copied ones as fit.COPIED
-# lists them (its columns in their order, each column's keys in theirs)
-_KEYS = (Attr.ROLLOUT_ID, Attr.EPISODE_ROLLOUT_ID, Attr.RL_ATTEMPT, Attr.EPISODE_ATTEMPT,
-         Attr.PROMPT_IDX, Attr.CHECKPOINT_ID, Attr.CK_PARTICIPANT_KIND, Attr.SHARD_IDX,
-         Attr.RUN_ID, Attr.OPEN_MARKER_FOR, ResourceAttr.SERVICE_NAME,
-         *(key for copy in COPIED for key in copy.keys))
+# in the order _fastdecode.c indexes them: the promoted keys (fit.INDEXED_KEYS, its K_ enum),
+# then the copied ones as fit.COPIED lists them (its columns in their order, each column's keys
+# in theirs)
+_KEYS = (*INDEXED_KEYS, *(key for copy in COPIED for key in copy.keys))
 
 
 def _load():

@@ -2,7 +2,7 @@
 docs/domain/incidents.md).
 
 Times are seconds from the start of the run. Each scenario lists the fixes its system had
-(``fixes``); RL #3590's merged system has all four (``SEED_003_MERGED``). A scenario that
+(``fixes``); RL #3590's merged system has all four (``MERGED_FLEET_FIXES``). A scenario that
 reproduces a pre-fix behaviour leaves that one fix out, and the variant puts it back.
 """
 
@@ -32,9 +32,9 @@ from rolloutscope.replay.scenario import (
     WeightSync,
     Workload,
 )
-from rolloutscope.replay.variants import SEED_003_MERGED, Variant, ordered
+from rolloutscope.replay.variants import MERGED_FLEET_FIXES, Variant, ordered
 
-MERGED = tuple(Variant(v) for v in ordered(SEED_003_MERGED))
+MERGED = tuple(Variant(v) for v in ordered(MERGED_FLEET_FIXES))
 
 
 def _merged_without(fix: Variant) -> tuple[Variant, ...]:

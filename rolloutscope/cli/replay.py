@@ -58,7 +58,7 @@ def _backend_factory(args: argparse.Namespace):
 def cmd_replay(args: argparse.Namespace) -> int:
     from rolloutscope.store import RunStore
     from rolloutscope.replay import compare
-    from rolloutscope.replay.replay_capture import capture_from_store, replay_run
+    from rolloutscope.replay.replay_capture import ReplayOptions, capture_from_store, replay_run
 
     src, out = args.run, args.out
     if str(src) == str(out) or (isinstance(src, Path) and isinstance(out, Path)
@@ -72,11 +72,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
         capture = capture_from_store(src, args.run_id, incident_id=args.incident,
                                      pad_s=args.pad)
         result = replay_run(capture, out=out, variants=args.variant or (),
-                            participants=args.participant or (), participant_paths=paths,
-                            check_determinism=not args.no_determinism_check,
-                            compare_reference=not args.no_reference_comparison,
-                            fail_on_divergence=False, backend=backend,
-                            speed=args.speed or 1.0)
+                            fail_on_divergence=False,
+                            options=ReplayOptions(
+                                participants=args.participant or (), participant_paths=paths,
+                                check_determinism=not args.no_determinism_check,
+                                compare_reference=not args.no_reference_comparison,
+                                backend=backend, speed=args.speed or 1.0))
     except ReplayError as exc:
         raise UsageError(str(exc)) from None
     if capture.extraction is not None:

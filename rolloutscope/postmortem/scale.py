@@ -1,10 +1,11 @@
 """Checkpoint prepare / commit / restore at 8k and 16k rollouts, replayed and as published.
 
 NVIDIA-NeMo/Gym #3883 published one checkpoint per run at 8,000 and 16,000 rollouts on one
-workstation with a fake inference backend; ``SEED_000`` holds that table verbatim. The replays
-are the built-in ``scale-16k`` scenario and an 8k variant of it (``scale_scenario``), each read
-back from the ``checkpoint_ops`` view at its busiest snapshot (the one that parked the most
-rollouts, as #3883's harness held most rollouts in flight at its checkpoint).
+workstation with a fake inference backend; ``PUBLISHED_SCALE_TABLE`` holds that table verbatim.
+The replays are the built-in ``scale-16k`` scenario and an 8k variant of it
+(``scale_scenario``), each read back from the ``checkpoint_ops`` view at its busiest snapshot
+(the one that parked the most rollouts, as #3883's harness held most rollouts in flight at its
+checkpoint).
 
 What a replay measures and what it is given: the rollouts in flight and the prepare duration
 come out of the simulation (a park-requested agent waiting on a model call parks at once; one in
@@ -45,7 +46,7 @@ class PublishedCheckpoint:
     run: str = ""
 
 
-SEED_000: tuple[PublishedCheckpoint, ...] = (
+PUBLISHED_SCALE_TABLE: tuple[PublishedCheckpoint, ...] = (
     PublishedCheckpoint(rollouts=8_000, policy_workers=1, in_flight=4_201, prepare_s=0.67,
                         model_prepare_s=None, commit_s=0.60, restore_s=0.60),
     PublishedCheckpoint(rollouts=8_000, policy_workers=2, in_flight=4_083, prepare_s=0.56,
@@ -168,7 +169,7 @@ def comparison_table(checkpoints: Mapping[int, ReplayedCheckpoint]) -> pd.DataFr
     """Gym #3883's rows and the replays' busiest snapshots side by side, size by size."""
     rows = []
     for size in sorted({*COMMIT_S, *checkpoints}):
-        for p in (p for p in SEED_000 if p.rollouts == size):
+        for p in (p for p in PUBLISHED_SCALE_TABLE if p.rollouts == size):
             rows.append({"size": f"{size // 1000}k",
                          "source": "Gym #3883" + (f" ({p.run})" if p.run else ""),
                          "rollouts": p.rollouts, "policy_workers": p.policy_workers,
@@ -190,8 +191,8 @@ def comparison_table(checkpoints: Mapping[int, ReplayedCheckpoint]) -> pd.DataFr
 
 def measured_prepare_growth() -> tuple[float, float]:
     """The least and the most that Gym #3883's prepare grew from 8k to 16k rollouts."""
-    small = [p.prepare_s for p in SEED_000 if p.rollouts == min(COMMIT_S)]
-    large = [p.prepare_s for p in SEED_000 if p.rollouts == max(COMMIT_S)]
+    small = [p.prepare_s for p in PUBLISHED_SCALE_TABLE if p.rollouts == min(COMMIT_S)]
+    large = [p.prepare_s for p in PUBLISHED_SCALE_TABLE if p.rollouts == max(COMMIT_S)]
     return round(min(large) / max(small), 2), round(max(large) / min(small), 2)
 
 
@@ -218,7 +219,8 @@ class ScaleFindings:
 def findings(checkpoints: Mapping[int, ReplayedCheckpoint], *,
              scale: float = 1.0) -> ScaleFindings:
     shares = [c.in_flight / c.rollouts for c in checkpoints.values() if c.rollouts]
-    published = [p.in_flight / p.rollouts for p in SEED_000 if p.rollouts == max(COMMIT_S)]
+    published = [p.in_flight / p.rollouts for p in PUBLISHED_SCALE_TABLE
+                 if p.rollouts == max(COMMIT_S)]
     prepares = [c.prepare_s for c in checkpoints.values() if c.prepare_s is not None]
     if not shares or not prepares:
         raise PostmortemError("the replays recorded no checkpoint to judge")

@@ -80,26 +80,41 @@ class Rule:
     key: str
     column: str
     sql: str  # VARCHAR | INTEGER | BIGINT
+    # the key's name in the compiled decoder's and encoder's key enums (K_...), which index the
+    # keys in this table's order; "": the compiled code does not look it up
+    index: str = ""
+    # where it is read: "span" (a span's or an event's attributes; the run id also on the
+    # resource), "resource" (the resource only: the decoder reads it, the encoder gets it whole)
+    on: str = "span"
 
 
-# Attributes promoted to a column of their own, with that column. A span's rollout id is
+# Attributes promoted to a column of their own, with that column: the one table the row builder
+# (rows.promoted), the compiled decoder and encoder (their key lists and K_ enums), the store's
+# schema and the views are held to (tests/store/test_promoted_keys.py). A span's rollout id is
 # ROLLOUT_ID, else EPISODE_ROLLOUT_ID (and likewise for the attempt); only the one used is fitted.
 PROMOTED: tuple[Rule, ...] = (
-    Rule(Attr.RUN_ID, "run_id", "VARCHAR"),  # on the resource, or on a span
-    Rule(ResourceAttr.SERVICE_NAME, "service", "VARCHAR"),
-    Rule(Attr.ROLLOUT_ID, "rollout_id", "VARCHAR"),
-    Rule(Attr.EPISODE_ROLLOUT_ID, "rollout_id", "VARCHAR"),
-    Rule(Attr.RL_ATTEMPT, "attempt", "INTEGER"),
-    Rule(Attr.EPISODE_ATTEMPT, "attempt", "INTEGER"),
-    Rule(Attr.PROMPT_IDX, "prompt_idx", "BIGINT"),
-    Rule(Attr.CHECKPOINT_ID, "checkpoint_id", "VARCHAR"),
-    Rule(Attr.CK_PARTICIPANT_KIND, "participant_kind", "VARCHAR"),
-    Rule(Attr.SHARD_IDX, "shard_idx", "INTEGER"),
-    Rule(Attr.OPEN_MARKER_FOR, "span_id", "VARCHAR"),
+    Rule(Attr.ROLLOUT_ID, "rollout_id", "VARCHAR", "K_ROLLOUT"),
+    Rule(Attr.EPISODE_ROLLOUT_ID, "rollout_id", "VARCHAR", "K_EP_ROLLOUT"),
+    Rule(Attr.RL_ATTEMPT, "attempt", "INTEGER", "K_ATTEMPT"),
+    Rule(Attr.EPISODE_ATTEMPT, "attempt", "INTEGER", "K_EP_ATTEMPT"),
+    Rule(Attr.PROMPT_IDX, "prompt_idx", "BIGINT", "K_PROMPT"),
+    Rule(Attr.CHECKPOINT_ID, "checkpoint_id", "VARCHAR", "K_CHECKPOINT"),
+    Rule(Attr.CK_PARTICIPANT_KIND, "participant_kind", "VARCHAR", "K_KIND"),
+    Rule(Attr.SHARD_IDX, "shard_idx", "INTEGER", "K_SHARD"),
+    Rule(Attr.RUN_ID, "run_id", "VARCHAR", "K_RUN"),  # on the resource, or on a span
+    Rule(Attr.OPEN_MARKER_FOR, "span_id", "VARCHAR", "K_MARKER_FOR"),
+    Rule(ResourceAttr.SERVICE_NAME, "service", "VARCHAR", "K_SERVICE", on="resource"),
     Rule(Attr.OPEN_MARKER_PARENT, "parent_span_id", "VARCHAR"),
     Rule(Attr.METRIC_STEP, "step", "BIGINT"),
 )
 RULE_OF: dict[str, Rule] = {rule.key: rule for rule in PROMOTED}
+# The keys the compiled decoder looks up, in its order (collectors/otlp/fastdecode.py sets them)
+INDEXED_KEYS: tuple[str, ...] = tuple(rule.key for rule in PROMOTED if rule.index)
+# Every span key that changes a span's row beyond its attributes JSON and the copied columns,
+# in the compiled encoder's order (collectors/exporter.py); a span with none of them is one row
+# of plain columns.
+ROW_KEYS: tuple[str, ...] = tuple(rule.key for rule in PROMOTED
+                                  if rule.index and rule.on == "span")
 
 
 @dataclass(frozen=True)

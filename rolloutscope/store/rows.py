@@ -23,6 +23,7 @@ from rolloutscope.store.fit import (
     INT32_MIN,
     INT64_MAX,
     INT64_MIN,
+    ROW_KEYS,
     ColumnFitError,
     check_time,
     copy_authority,
@@ -142,11 +143,7 @@ def promoted(attrs: Mapping[str, Any], notes: list[str] | None = None
 
 _NOT_PROMOTED = (None, None, None, None, None, None)
 # Every key that changes a span's row beyond its attributes JSON and the copied attributes.
-_ROW_KEYS = frozenset((
-    Attr.ROLLOUT_ID, Attr.EPISODE_ROLLOUT_ID, Attr.RL_ATTEMPT, Attr.EPISODE_ATTEMPT,
-    Attr.PROMPT_IDX, Attr.CHECKPOINT_ID, Attr.CK_PARTICIPANT_KIND, Attr.SHARD_IDX,
-    Attr.RUN_ID, Attr.OPEN_MARKER_FOR,
-))
+_ROW_KEYS = frozenset(ROW_KEYS)
 # ... and with them: most spans carry none of these, and one ``isdisjoint`` (a C loop over the
 # span's keys) lets those skip every lookup
 _SPAN_KEYS = _ROW_KEYS | COPIED_KEYS

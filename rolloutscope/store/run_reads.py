@@ -105,9 +105,16 @@ def _normalise(subject: str, labels: Mapping[str, str]) -> str:
     return re.sub(pattern, lambda m: labels[m.group(0)], subject)
 
 
-def incident_frame(store: RunStore, run_id: str) -> pd.DataFrame:
-    """The run's incidents with ``start_s`` and the matching ``key`` column."""
-    origin = origin_ns(store, run_id)
+def _origin(store: RunStore, run_id: str, origin: int | None) -> int:
+    """``origin`` when the caller read it already (a report reads each run's once), else the
+    run's own."""
+    return origin_ns(store, run_id) if origin is None else origin
+
+
+def incident_frame(store: RunStore, run_id: str, *, origin: int | None = None) -> pd.DataFrame:
+    """The run's incidents with ``start_s`` and the matching ``key`` column. ``origin``: the
+    run's time zero, where the caller has it (``origin_ns``), as for every reader below."""
+    origin = _origin(store, run_id, origin)
     labels = _checkpoint_labels(store, run_id, origin)
     df = store.view("incidents", run_id=run_id)
     out = pd.DataFrame({
@@ -145,9 +152,10 @@ def outcome_counts(store: RunStore, run_id: str) -> OutcomeCounts:
         snapshots_failed=int(windows.outcome.isin(["failed", "aborted"]).sum()))
 
 
-def timing_summary(store: RunStore, run_id: str) -> dict[str, float | None]:
+def timing_summary(store: RunStore, run_id: str, *, origin: int | None = None
+                   ) -> dict[str, float | None]:
     """A handful of times that say how a run went, in seconds from its origin."""
-    origin = origin_ns(store, run_id)
+    origin = _origin(store, run_id, origin)
     attempts = store.view("rollout_attempts", run_id=run_id)
     windows = store.view("checkpoint_windows", run_id=run_id)
     committed = attempts[attempts.outcome == "committed"]
@@ -206,9 +214,10 @@ def incident_verdicts(fa: pd.DataFrame, fb: pd.DataFrame) -> pd.DataFrame:
 
 
 
-def rollout_outcomes(store: RunStore, run_id: str) -> pd.DataFrame:
+def rollout_outcomes(store: RunStore, run_id: str, *, origin: int | None = None
+                     ) -> pd.DataFrame:
     """One row per prompt: how it ended (committed | failed | open), tries, end time."""
-    origin = origin_ns(store, run_id)
+    origin = _origin(store, run_id, origin)
     df = store.view("rollout_attempts", run_id=run_id)
     if df.empty:
         return pd.DataFrame(columns=["prompt_idx", "rollout_id", "outcome", "tries", "end_s"])
@@ -230,8 +239,9 @@ def rollout_outcomes(store: RunStore, run_id: str) -> pd.DataFrame:
 
 
 
-def snapshot_outcomes(store: RunStore, run_id: str) -> pd.DataFrame:
-    origin = origin_ns(store, run_id)
+def snapshot_outcomes(store: RunStore, run_id: str, *, origin: int | None = None
+                      ) -> pd.DataFrame:
+    origin = _origin(store, run_id, origin)
     df = store.view("checkpoint_windows", run_id=run_id).sort_values("start_ns")
     return pd.DataFrame({
         "snapshot": range(1, len(df) + 1),
@@ -256,13 +266,13 @@ def _rows_of(store: RunStore, name: str, run_id: str, window: tuple[int, int] | 
 
 
 def timeline(store: RunStore, run_id: str, *, side: str,
-             window: tuple[int, int] | None = None) -> pd.DataFrame:
+             window: tuple[int, int] | None = None, origin: int | None = None) -> pd.DataFrame:
     """One run's story as rows on a simulated-time axis: RL tries per rollout, parked stays,
     snapshot windows, fired deadlines, shard states and incidents (instants have end_s = start_s).
     ``window`` (epoch ns, start and end): only what overlaps it, read as such (a few minutes of a
     long run cost their rows, not the run's).
     """
-    origin = origin_ns(store, run_id)
+    origin = _origin(store, run_id, origin)
     rows: list[dict[str, Any]] = []
 
     def add(lane: str, kind: str, label: str, start: Any, end: Any, outcome: Any) -> None:
@@ -306,9 +316,13 @@ def timeline(store: RunStore, run_id: str, *, side: str,
     return df.sort_values(["start_s", "lane", "kind"], na_position="last", ignore_index=True)
 
 
-def timeline_frames(store_a: RunStore, run_a: str, store_b: RunStore, run_b: str
+def timeline_frames(store_a: RunStore, run_a: str, store_b: RunStore, run_b: str, *,
+                    origins: tuple[int, int] | None = None
                     ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The before (A) and after (B) timelines a dashboard "Replay" view draws, on one axis."""
+    """The before (A) and after (B) timelines a dashboard "Replay" view draws, on one axis.
+    ``origins``: the two runs' time zeros, where the caller has them."""
     require_run(store_a, run_a)
     require_run(store_b, run_b)
-    return timeline(store_a, run_a, side="before"), timeline(store_b, run_b, side="after")
+    origin_a, origin_b = origins or (None, None)
+    return (timeline(store_a, run_a, side="before", origin=origin_a),
+            timeline(store_b, run_b, side="after", origin=origin_b))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from rolloutscope.store import RunStore
 from rolloutscope.replay import compare
 from rolloutscope.replay.backends.openai import OpenAIBackend
-from rolloutscope.replay.replay_capture import capture_from_store, replay_run
+from rolloutscope.replay.replay_capture import ReplayOptions, capture_from_store, replay_run
 
 
 def test_a_replay_served_by_a_real_openai_compatible_server_reproduces_the_incident(
@@ -15,7 +15,8 @@ def test_a_replay_served_by_a_real_openai_compatible_server_reproduces_the_incid
     capture = capture_from_store(small_capture("snapshot-outlasts-deadline", 600.0))
     # 400x: the server's 1024-token call outlasts the 150 s snapshot, as the captured one did
     result = replay_run(capture, out=tmp_path / "replayed.duckdb", fail_on_divergence=False,
-                        backend=lambda: OpenAIBackend([openai_server]), speed=400.0)
+                        options=ReplayOptions(backend=lambda: OpenAIBackend([openai_server]),
+                                              speed=400.0))
     print("\n".join(result.lines()))
     assert result.error is None
     assert ("deadline_fired_while_parked", "p00000 try 0") in result.reproduced

@@ -44,7 +44,7 @@ UINT64_MAX = 2**64 - 1
 HOSTILE_ARGS = ("--max-body-mib", "8", "--max-decoded-mib", "16", "--max-inflight-mib", "256",
                 "--body-timeout-s", "2", "--header-timeout-s", "2", "--query-timeout-s", "3",
                 "--query-max-result-mib", "8", "--store-memory-mib", "256")
-RSS_CEILING_MIB = 1024  # what those limits allow (see the README's breakdown), with margin
+RSS_CEILING_MIB = 1024  # what those limits allow (see docs/collecting.md's breakdown), with margin
 BEFORE_RUN = "before-the-corpus"
 BEFORE_SPANS = 50
 RESPONSES = {"/v1/traces": ExportTraceServiceResponse, "/v1/metrics": ExportMetricsServiceResponse,

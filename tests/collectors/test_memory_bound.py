@@ -1,6 +1,6 @@
 """Memory is bounded in bytes: many concurrent large requests, each inside the per-request
-limits, keep a default collector under the figure the README states, the requests past its
-in-flight limit get 429 with Retry-After, and what was acknowledged is all in the file."""
+limits, keep a default collector under the figure docs/collecting.md states, the requests past
+its in-flight limit get 429 with Retry-After, and what was acknowledged is all in the file."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ BODY_BYTES = 24 * MiB
 
 
 def readme_figure_mib() -> int:
-    """The bound the README promises ("stays under N MiB")."""
-    match = re.search(r"stays under ([\d,]+) MiB", (ROOT / "README.md").read_text())
-    assert match, "README.md states no memory figure"
+    """The bound docs/collecting.md promises ("stays under N MiB")."""
+    match = re.search(r"stays under ([\d,]+) MiB", (ROOT / "docs" / "collecting.md").read_text())
+    assert match, "docs/collecting.md states no memory figure"
     return int(match.group(1).replace(",", ""))
 
 
@@ -81,7 +81,7 @@ def _flood(url: str, body: bytes, senders: int) -> list[tuple[int, str | None]]:
 def test_concurrent_large_requests_stay_under_the_readme_figure_and_lose_nothing_acked(
         tmp_path):
     figure = readme_figure_mib()
-    c = start_collector(tmp_path / "run.duckdb")  # the defaults the README's figure is for
+    c = start_collector(tmp_path / "run.duckdb")  # the defaults docs/collecting.md's figure is for
     try:
         stored = 0
         # 40 bodies of 24 MiB at once (the spans carry a 1 KiB attribute), then 10 of small
@@ -100,7 +100,7 @@ def test_concurrent_large_requests_stay_under_the_readme_figure_and_lose_nothing
             assert c.alive()
         metrics = c.client.metrics()
         peak = _vm_hwm_mib(c.process.pid)
-        print(f"collector peak RSS (VmHWM) {peak} MiB; README figure {figure} MiB; "
+        print(f"collector peak RSS (VmHWM) {peak} MiB; documented figure {figure} MiB; "
               f"in flight peak {metrics['inflight']['peak_bytes'] / MiB:.0f} MiB of "
               f"{metrics['inflight']['max_bytes'] / MiB:.0f}")
         assert metrics["inflight"]["refused"] > 0  # the limit was reached, and held

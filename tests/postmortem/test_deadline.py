@@ -18,7 +18,7 @@ def fixed(p1_run, tmp_path_factory):
     return deadline.replay_with_fix(p1_run, out=tmp_path_factory.mktemp("fix") / "r.duckdb")
 
 
-def test_the_reference_run_has_one_p1_with_seed_004s_thirty_seconds(p1_run):
+def test_the_reference_run_has_one_p1_fired_with_thirty_seconds_parked(p1_run):
     with p1_run.open() as store:
         table = deadline.incidents(store, p1_run.run_id)
     assert len(table) == 1
@@ -27,7 +27,7 @@ def test_the_reference_run_has_one_p1_with_seed_004s_thirty_seconds(p1_run):
         180.0, "p00000 try 0", 30.0, 30.0)
 
 
-def test_the_budget_arithmetic_is_seed_004s(incident):
+def test_the_budget_arithmetic_of_a_snapshot_outlasting_the_deadline(incident):
     assert (incident.deadline_start_s, incident.budget_s, incident.snapshot_start_s,
             incident.parked_at_s, incident.fired_at_s, incident.snapshot_end_s) == (
         0.0, 180.0, 150.0, 150.0, 180.0, 210.0)

@@ -23,7 +23,7 @@ def test_the_shard_goes_healthy_suspect_dead_on_failed_probes(idle_kill_run):
     assert stays.probe_failures.iloc[-1] == 3 and not stays.serving.iloc[-1]
 
 
-def test_the_kill_is_quarantined_62_seconds_later_as_in_seed_003(idle_kill_run):
+def test_the_idle_kill_is_quarantined_62_seconds_later(idle_kill_run):
     with idle_kill_run.open() as store:
         found = fleet.detection(store, idle_kill_run.run_id)
         injected = fleet.faults(store, idle_kill_run.run_id)

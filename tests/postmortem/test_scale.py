@@ -17,7 +17,7 @@ def checkpoints(tmp_path_factory):
     return scale.replayed(scale.replay_sizes(tmp_path_factory.mktemp("scale"), scale=SMALL))
 
 
-def test_seed_000s_table_is_carried_verbatim():
+def test_gym_3883s_published_table_is_carried_verbatim():
     table = scale.comparison_table({})
     assert list(table.source) == ["Gym #3883", "Gym #3883", "Gym #3883", "Gym #3883 (rerun)"]
     assert list(table.prepare_s) == [0.67, 0.56, 7.57, 3.60]
@@ -31,7 +31,7 @@ def test_the_16k_scenario_at_full_scale_is_scale_16k_in_all_but_its_description(
     assert dataclasses.replace(scale.scale_scenario(16_000), description=base.description) == base
 
 
-def test_the_8k_variant_halves_the_prompts_and_commits_in_the_seeds_8k_time():
+def test_the_8k_variant_halves_the_prompts_and_commits_in_gym_3883s_8k_time():
     base, small = scenarios.get("scale-16k"), scale.scale_scenario(8_000)
     assert small.name == "scale-8k"
     assert small.workload.generated.count == base.workload.generated.count // 2 == 1_000
@@ -47,7 +47,7 @@ def test_a_scaled_down_variant_says_so_in_its_name_and_keeps_its_sizes_commit():
 
 
 @pytest.mark.parametrize(("rollouts", "factor"), [(12_000, 1.0), (8_000, 0.0), (8_000, 2.0)])
-def test_sizes_and_scales_seed_000_did_not_publish_are_refused(rollouts, factor):
+def test_sizes_and_scales_gym_3883_did_not_publish_are_refused(rollouts, factor):
     with pytest.raises(scale.PostmortemError):
         scale.scale_scenario(rollouts, scale=factor)
 
@@ -73,7 +73,7 @@ def test_the_replayed_prepare_is_the_wait_for_tool_steps_not_the_model_stage(che
         assert 0 < c.prepare_s <= bound
 
 
-def test_the_findings_set_the_replay_against_the_seeds_growth(checkpoints):
+def test_the_findings_set_the_replay_against_gym_3883s_growth(checkpoints):
     found = scale.findings(checkpoints, scale=SMALL)
     assert found.published_in_flight_share == 0.764  # 12,228 of 16,000
     assert found.measured_growth == (5.37, 13.52)  # 3.60 / 0.67 and 7.57 / 0.56

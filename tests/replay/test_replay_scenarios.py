@@ -42,7 +42,7 @@ def _digest(store: RunStore) -> str:
 
 
 class TestSnapshotOutlastsDeadline:
-    def test_reproduces_the_seed_004_timeline_to_the_second(self, tmp_path):
+    def test_reproduces_the_captured_timeline_to_the_second(self, tmp_path):
         store, result = _replay(tmp_path, "snapshot-outlasts-deadline")
         with store:
             windows = store.view("checkpoint_windows").sort_values("start_ns")

@@ -65,7 +65,7 @@ def test_the_scenario_yields_exactly_its_incident_kinds(tmp_path, name, variants
     assert kinds == expected
 
 
-def test_the_seed004_incident_tells_the_seed004_numbers(tmp_path):
+def test_the_p1_incident_tells_the_snapshots_and_deadlines_numbers(tmp_path):
     _, incidents = _kinds(tmp_path, "snapshot-outlasts-deadline", ())
     p1 = incidents[incidents.kind == "deadline_fired_while_parked"].iloc[0]
     assert "its 180 s deadline fired at 180.0 s" in p1.summary
@@ -90,7 +90,7 @@ def _one(incidents, kind):
     return rows.iloc[0]
 
 
-class TestSeed003Numbers:
+class TestFleetIncidentNumbers:
     def test_an_idle_kill_without_fleet_health_fails_222_s_after_the_kill(self, tmp_path):
         _, incidents = _kinds(tmp_path, "chaos-kill-idle", ())
         row = _one(incidents, "redispatch_exhausted")

@@ -6,7 +6,7 @@ counted-holders fix removing it."""
 
 from __future__ import annotations
 
-from rolloutscope.replay.replay_capture import capture_from_store, replay_run
+from rolloutscope.replay.replay_capture import ReplayOptions, capture_from_store, replay_run
 
 P1 = ("deadline_fired_while_parked", "p00000 try 0")
 COUNTED = "rolloutscope.replay.examples.counted_deadlines:CountedRequestDeadlineRegistry"
@@ -14,8 +14,9 @@ COUNTED = "rolloutscope.replay.examples.counted_deadlines:CountedRequestDeadline
 
 def _replay(capture_path, tmp_path, scenario, participants, paths, **kw):
     capture = capture_from_store(capture_path(scenario))
-    result = replay_run(capture, out=tmp_path / f"{scenario}.duckdb", participants=participants,
-                        participant_paths=paths, fail_on_divergence=False, **kw)
+    result = replay_run(capture, out=tmp_path / f"{scenario}.duckdb", fail_on_divergence=False,
+                        options=ReplayOptions(participants=participants,
+                                              participant_paths=paths), **kw)
     assert result.error is None, result.error
     assert not [d for d in result.divergence if "nondeterministic" in d], result.divergence
     for record in result.implementations:

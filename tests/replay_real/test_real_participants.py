@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from rolloutscope.replay.replay_capture import capture_from_store, replay_run
+from rolloutscope.replay.replay_capture import ReplayOptions, capture_from_store, replay_run
 
 DOUBLES = {"nemo_rl": "doubles", "nemo_gym": "doubles"}
 P1 = ("deadline_fired_while_parked", "p00000 try 0")
@@ -17,8 +17,9 @@ BRANCH = "rolloutscope.replay.doubles.rl_rollout_manager_00420a1"
 
 def _replay(capture_path, tmp_path, scenario, participants, **kw):
     capture = capture_from_store(capture_path(scenario))
-    result = replay_run(capture, out=tmp_path / f"{scenario}.duckdb", participants=participants,
-                        participant_paths=DOUBLES, fail_on_divergence=False, **kw)
+    result = replay_run(capture, out=tmp_path / f"{scenario}.duckdb", fail_on_divergence=False,
+                        options=ReplayOptions(participants=participants,
+                                              participant_paths=DOUBLES), **kw)
     assert result.error is None, result.error
     assert not [d for d in result.divergence if "nondeterministic" in d], result.divergence
     return capture, result
@@ -104,10 +105,11 @@ def test_gym_lease_watcher_resumes_on_the_virtual_clock(capture_path, tmp_path):
 def test_replays_with_real_style_async_participants_are_deterministic(capture_path, tmp_path):
     capture = capture_from_store(capture_path("snapshot-outlasts-deadline"))
     plugged = ["deadline=nemo_rl", f"deadline_registry={COUNTED}", "agent_participant=nemo_gym"]
-    digests = {replay_run(capture, out=tmp_path / f"{i}.duckdb", participants=plugged,
-                          participant_paths=DOUBLES, fail_on_divergence=False,
+    digests = {replay_run(capture, out=tmp_path / f"{i}.duckdb", fail_on_divergence=False,
                           variants=["pause-deadlines-during-snapshot"],
-                          compare_reference=False).digest for i in range(2)}
+                          options=ReplayOptions(participants=plugged, participant_paths=DOUBLES,
+                                                compare_reference=False)).digest
+               for i in range(2)}
     assert len(digests) == 1 and "" not in digests
 
 
@@ -115,7 +117,8 @@ def test_a_participant_that_sleeps_in_wall_time_fails_the_replay_by_name(
         capture_path, tmp_path):
     capture = capture_from_store(capture_path("snapshot-outlasts-deadline"))
     result = replay_run(capture, out=tmp_path / "sleepy.duckdb",
-                        participants=["deadline=tests.replay_real.sleepy.deadline:SleepyDeadline"])
+                        options=ReplayOptions(participants=[
+                            "deadline=tests.replay_real.sleepy.deadline:SleepyDeadline"]))
     assert result.error is not None
     assert result.error.startswith("WallClockSleepError: participant deadline: called "
                                    "time.sleep(0.5) in tests.replay_real.sleepy.deadline")
@@ -123,7 +126,8 @@ def test_a_participant_that_sleeps_in_wall_time_fails_the_replay_by_name(
 
 def test_a_participant_that_raises_fails_the_replay_by_name(capture_path, tmp_path):
     capture = capture_from_store(capture_path("snapshot-outlasts-deadline"))
-    result = replay_run(capture, out=tmp_path / "crash.duckdb", participants=[
-        "deadline=tests.replay_real.sleepy.deadline:CrashingDeadline"])
+    result = replay_run(capture, out=tmp_path / "crash.duckdb",
+                        options=ReplayOptions(participants=[
+                            "deadline=tests.replay_real.sleepy.deadline:CrashingDeadline"]))
     assert result.error is not None and "registry not configured" in result.error
     assert "participant deadline" in result.error

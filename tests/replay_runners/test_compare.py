@@ -8,7 +8,7 @@ import pytest
 from rolloutscope.store import RunStore
 from rolloutscope.replay import compare
 from rolloutscope.replay.errors import ReplayError
-from rolloutscope.replay.replay_capture import capture_from_store, replay_run
+from rolloutscope.replay.replay_capture import ReplayOptions, capture_from_store, replay_run
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +17,7 @@ def before_after(capture_path, tmp_path_factory):
     out = tmp_path_factory.mktemp("cmp") / "fixed.duckdb"
     capture = capture_from_store(path)
     result = replay_run(capture, out=out, variants=["pause-deadlines-during-snapshot"],
-                        check_determinism=False)
+                        options=ReplayOptions(check_determinism=False))
     return path, capture.run_id, out, result.run_id
 
 
@@ -42,6 +42,23 @@ def test_the_comparison_aligns_snapshots_by_index_and_flags_changed_rollouts(bef
     assert (row.tries_a, row.tries_b, bool(row.changed)) == (2, 1, True)
     stranded = cmp.outcomes.set_index("metric").loc["stranded"]
     assert (stranded.a, stranded.b, stranded.delta) == (1, 0, -1)
+
+
+def test_the_comparison_reads_each_runs_time_zero_once(before_after, monkeypatch):
+    a, ra, b, rb = before_after
+    read = []
+    query = RunStore.query
+
+    def counting(self, sql, *args, **kwargs):
+        if "from run_thresholds" in " ".join(sql.lower().split()):
+            read.append((str(self.path), args[0] if args else kwargs.get("params")))
+        return query(self, sql, *args, **kwargs)
+
+    monkeypatch.setattr(RunStore, "query", counting)
+    with RunStore(a, read_only=True) as sa, RunStore(b, read_only=True) as sb:
+        cmp = compare.compare_runs(sa, ra, sb, rb)
+    assert len(cmp.timeline) and len(cmp.incidents)  # every reader ran
+    assert sorted(read) == sorted([(str(a), [ra]), (str(b), [rb])])
 
 
 def test_every_data_string_in_the_html_report_is_escaped():

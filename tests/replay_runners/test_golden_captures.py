@@ -11,6 +11,7 @@ import pytest
 from rolloutscope.replay.replay_capture import (
     GoldenCaptureError,
     ReplayDivergenceError,
+    ReplayOptions,
     capture_from_golden,
     replay_run,
     replay_runs,
@@ -43,12 +44,13 @@ def test_a_golden_whose_expectation_no_longer_holds_raises_divergence_on_request
     edited.write_text(json.dumps(doc))
     capture = capture_from_golden(edited)
     with pytest.raises(ReplayDivergenceError) as err:
-        replay_run(capture, out=tmp_path / "a.duckdb", check_determinism=False)
+        replay_run(capture, out=tmp_path / "a.duckdb",
+                   options=ReplayOptions(check_determinism=False))
     assert "export_failed (snapshot@200s) vanished" in str(err.value)
     assert "committed 2 -> 1" in str(err.value)
     # the plural call hands the same finding back as data
     result = replay_runs([capture], out=tmp_path / "b.duckdb",
-                         check_determinism=False).results[0]
+                         options=ReplayOptions(check_determinism=False)).results[0]
     assert result.diverged and result.error is None
 
 
@@ -68,7 +70,7 @@ def test_a_divergence_is_a_record_naming_what_was_expected_and_what_was_observed
     edited = tmp_path / "edited.json"
     edited.write_text(json.dumps(doc))
     result = replay_runs([capture_from_golden(edited)], out=tmp_path / "b.duckdb",
-                         check_determinism=False).results[0]
+                         options=ReplayOptions(check_determinism=False)).results[0]
     incidents, outcomes = result.divergences
     assert incidents.kind is DivergenceKind.INCIDENTS and incidents.subject == "incidents"
     assert incidents.expected == (("export_failed", "snapshot@200s"),)

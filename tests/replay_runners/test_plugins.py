@@ -27,7 +27,7 @@ from rolloutscope.replay.plugins import (
     validate,
 )
 from rolloutscope.replay.real.sources import UpstreamUnavailableError
-from rolloutscope.replay.replay_capture import capture_from_store, replay_run
+from rolloutscope.replay.replay_capture import ReplayOptions, capture_from_store, replay_run
 
 DOUBLE = "rolloutscope.replay.doubles.rl_fleet_health:GenerationFleetHealth"
 DOUBLES = {"nemo_rl": "doubles", "nemo_gym": "doubles"}
@@ -165,7 +165,8 @@ def test_the_real_class_by_dotted_path_replays_a_quarantine(capture_path, tmp_pa
     capture = capture_from_store(capture_path("chaos-kill-serving"))
     assert ("quarantine", "shard 0") in capture.incidents
     result = replay_run(capture, out=tmp_path / "adapted.duckdb",
-                        participants=[f"fleet_health={DOUBLE}"], compare_reference=False)
+                        options=ReplayOptions(participants=[f"fleet_health={DOUBLE}"],
+                                              compare_reference=False))
     assert result.error is None, result.error
     assert ("quarantine", "shard 0") in result.reproduced
     assert result.outcomes_replayed.quarantined == capture.outcomes.quarantined == 1
@@ -178,23 +179,25 @@ def test_a_participant_that_reads_randomness_outside_the_runtime_is_caught(
         capture_path, tmp_path):
     capture = capture_from_store(capture_path("snapshot-outlasts-deadline"))
     factories = {"deadline_registry": engine_factory("deadline_registry", jittery_deadlines)}
-    result = replay_run(capture, out=tmp_path / "a.duckdb", participants=factories,
-                        fail_on_divergence=False, compare_reference=False)
+    result = replay_run(capture, out=tmp_path / "a.duckdb", fail_on_divergence=False,
+                        options=ReplayOptions(participants=factories, compare_reference=False))
     assert result.error is None
     assert result.diverged
     assert "nondeterministic" in result.divergence[0]
     # the reference registry, run the same way, is deterministic
     reference = {"deadline_registry": engine_factory(
         "deadline_registry", lambda *, clock, counted: DeadlineRegistry(clock, counted=counted))}
-    assert not replay_run(capture, out=tmp_path / "b.duckdb", participants=reference,
-                          compare_reference=False).diverged
+    assert not replay_run(capture, out=tmp_path / "b.duckdb",
+                          options=ReplayOptions(participants=reference,
+                                                compare_reference=False)).diverged
 
 
 def test_a_kind_the_engine_cannot_take_comes_back_as_an_error_not_an_exception(
         capture_path, tmp_path):
     capture = capture_from_store(capture_path("lease-expiry"))
     factories = {"model_participant": engine_factory("fleet_health", object)}
-    result = replay_run(capture, out=tmp_path / "x.duckdb", participants=factories)
+    result = replay_run(capture, out=tmp_path / "x.duckdb",
+                        options=ReplayOptions(participants=factories))
     assert result.error is not None and "cannot take a plugged model_participant" in \
         result.error
 
@@ -211,7 +214,8 @@ def test_a_gym_participant_the_replay_cannot_drive_says_exactly_why():
 def test_a_replay_that_could_not_run_is_a_failure_record(capture_path, tmp_path):
     capture = capture_from_store(capture_path("lease-expiry"))
     factories = {"model_participant": engine_factory("fleet_health", object)}
-    result = replay_run(capture, out=tmp_path / "x.duckdb", participants=factories)
+    result = replay_run(capture, out=tmp_path / "x.duckdb",
+                        options=ReplayOptions(participants=factories))
     assert result.failure is not None and result.failure.error_type == "ReplayError"
     assert result.failure.message.startswith("the replay engine cannot take a plugged "
                                              "model_participant")

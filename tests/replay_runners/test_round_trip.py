@@ -8,7 +8,7 @@ import pytest
 from rolloutscope.store import RunStore
 from rolloutscope.replay import compare
 from rolloutscope.replay.extract import ExtractionError, extract_scenario
-from rolloutscope.replay.replay_capture import capture_from_store, replay_run
+from rolloutscope.replay.replay_capture import ReplayOptions, capture_from_store, replay_run
 from rolloutscope.replay.scenarios import get
 from rolloutscope.vocabulary import RunSource
 
@@ -27,7 +27,8 @@ def test_replaying_a_capture_reproduces_its_incidents_and_outcome_counts(
         name, capture_path, tmp_path):
     capture = capture_from_store(capture_path(name))
     assert capture.incidents, "a built-in incident scenario captures at least one incident"
-    result = replay_run(capture, out=tmp_path / "replay.duckdb", check_determinism=False)
+    result = replay_run(capture, out=tmp_path / "replay.duckdb",
+                        options=ReplayOptions(check_determinism=False))
     assert result.ok
     assert result.reproduced == capture.incidents
     assert (result.vanished, result.appeared) == ((), ())
@@ -39,7 +40,8 @@ def test_with_the_fixing_variant_the_incident_vanishes_and_the_report_says_so(
         name, fix, gone, capture_path, tmp_path):
     capture = capture_from_store(capture_path(name))
     out = tmp_path / "fixed.duckdb"
-    result = replay_run(capture, out=out, variants=[fix], check_determinism=False)
+    result = replay_run(capture, out=out, variants=[fix],
+                        options=ReplayOptions(check_determinism=False))
     assert not result.diverged, "a fix is not a divergence"
     assert {kind for kind, _ in result.vanished} == gone
     assert result.outcomes_replayed.stranded == 0
@@ -107,7 +109,8 @@ def test_a_window_around_an_incident_keeps_the_history_that_reproduces_it(
     # to its failure at 750 s; snapshots 3 and 4 fall outside
     assert (ws, we) == (0.0, 750.0)
     assert [s.at_s for s in capture.scenario.control.snapshots] == [150.0, 450.0]
-    result = replay_run(capture, out=tmp_path / "window.duckdb", check_determinism=False)
+    result = replay_run(capture, out=tmp_path / "window.duckdb",
+                        options=ReplayOptions(check_determinism=False))
     assert result.ok
     assert {k for k, _ in result.reproduced} == {"deadline_fired_while_parked",
                                                  "stranded_completion"}

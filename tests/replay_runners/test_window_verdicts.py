@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 
 from rolloutscope.replay.fixes import FIXES
-from rolloutscope.replay.replay_capture import capture_from_store, replay_run
+from rolloutscope.replay.replay_capture import ReplayOptions, capture_from_store, replay_run
 from rolloutscope.replay.scenarios import get, names
 from rolloutscope.replay.variants import Variant
 from rolloutscope.store import RunStore
@@ -51,8 +51,8 @@ def test_every_incident_window_reproduces_as_captured_and_with_each_fix_keeps_th
         for (ws, we), (capture, incident_ids) in windows.items():
             where = f"{name} window {ws:g}-{we:g} s (incidents {', '.join(incident_ids)})"
             assert capture.incidents, f"{where}: the window holds its own incident"
-            plain = replay_run(capture, out=out, check_determinism=False,
-                               fail_on_divergence=False)
+            plain = replay_run(capture, out=out, fail_on_divergence=False,
+                               options=ReplayOptions(check_determinism=False))
             if plain.vanished:  # (a)
                 problems.append(f"{where}: as captured, {plain.vanished} did not reproduce")
             for variant in Variant:
@@ -62,7 +62,8 @@ def test_every_incident_window_reproduces_as_captured_and_with_each_fix_keeps_th
                 if not kept:
                     continue  # every incident here is one the variant may change
                 fixed = replay_run(capture, out=out, variants=[variant.value],
-                                   check_determinism=False, fail_on_divergence=False)
+                                   fail_on_divergence=False,
+                                   options=ReplayOptions(check_determinism=False))
                 lost = sorted((kept - Counter(fixed.reproduced)).elements())
                 if lost:  # (b)
                     problems.append(f"{where}: with {variant.value}, {lost} not reproduced "

@@ -15,7 +15,7 @@ from rolloutscope.vocabulary import Attr, EventName, SpanName
 
 from .conftest import S, T0
 
-SEED004 = {"rollout": {"rollout_timeout_s": 180.0},
+SNAPSHOT_OUTLASTS_DEADLINE = {"rollout": {"rollout_timeout_s": 180.0},
            "checkpoint": {"prepare_timeout_s": 300.0, "lease_grace_s": 600.0},
            "watchdog": {"interval_s": 30.0, "stall_timeout_s": 600.0},
            "training": {"max_num_steps": 10}}
@@ -30,11 +30,11 @@ def _incidents(store, kind=None):
     return store.query_df(sql, [kind] if kind else [])
 
 
-def _seed004_timeline(kit, *, fire_s=180.0, ack_try0=False):
+def _snapshot_outlasts_deadline(kit, *, fire_s=180.0, ack_try0=False):
     """P1 as RL #4266 tells it: budget 180 s, snapshot 1 parks try 0 from 150 s to 210 s, the
     deadline fires at fire_s, try 0 finishes at 240 s un-ACKed, snapshot 2 at 450 s fails after
     300 s."""
-    kit.inst.store.register_run("run-1", source="replay", config=SEED004)
+    kit.inst.store.register_run("run-1", source="replay", config=SNAPSHOT_OUTLASTS_DEADLINE)
     kit.span(SpanName.RL_TRAIN_STEP, 0, 0.001, {})  # run start marker
     kit.span(SpanName.RL_ADMISSION_FENCE, 150, 210, {Attr.CHECKPOINT_ID: "ck1",
                                                      Attr.FENCE_OWNER: "gym_checkpoint"})
@@ -64,8 +64,8 @@ def _seed004_timeline(kit, *, fire_s=180.0, ack_try0=False):
 
 
 class TestDeadlineFiredWhileParked:
-    def test_the_seed004_timeline_is_p1_with_its_numbers(self, kit):
-        _seed004_timeline(kit)
+    def test_the_snapshot_outlasts_deadline_is_p1_with_its_numbers(self, kit):
+        _snapshot_outlasts_deadline(kit)
         p1 = _incidents(kit.flush(), "deadline_fired_while_parked")
         assert len(p1) == 1
         row = p1.iloc[0]
@@ -76,13 +76,13 @@ class TestDeadlineFiredWhileParked:
         assert row.severity == "critical" and len(row.evidence) == 2
 
     def test_a_deadline_firing_1ms_before_the_park_is_not_p1(self, kit):
-        _seed004_timeline(kit, fire_s=150.999)
+        _snapshot_outlasts_deadline(kit, fire_s=150.999)
         assert _incidents(kit.flush(), "deadline_fired_while_parked").empty
 
 
 class TestStrandedCompletion:
     def test_the_unacked_try_blocks_later_prepares_and_points_at_its_cause(self, kit):
-        _seed004_timeline(kit)
+        _snapshot_outlasts_deadline(kit)
         store = kit.flush()
         stranded = _incidents(store, "stranded_completion")
         assert len(stranded) == 1
@@ -95,7 +95,7 @@ class TestStrandedCompletion:
         assert _incidents(store, "prepare_blocked").empty
 
     def test_an_acknowledged_completion_is_not_stranded(self, kit):
-        _seed004_timeline(kit, ack_try0=True)
+        _snapshot_outlasts_deadline(kit, ack_try0=True)
         store = kit.flush()
         # the failed prepare still counted it (the fixture says so), but nothing is stranded
         assert _incidents(store, "stranded_completion").empty
@@ -303,7 +303,7 @@ def test_every_incident_view_is_in_the_union_and_the_cli_list():
 
 
 def test_the_cli_prints_incidents_as_json_and_filters_by_kind(kit, store_path, capsys):
-    _seed004_timeline(kit)
+    _snapshot_outlasts_deadline(kit)
     kit.inst.shutdown()
     assert main(["incidents", str(store_path), "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
