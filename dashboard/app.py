@@ -35,6 +35,7 @@ from rolloutscope.dashboard.auth import TokenAuthProvider
 from rolloutscope.dashboard.datastore import DataStore
 from rolloutscope.dashboard.deeplink import follow_link
 from rolloutscope.dashboard.defaults import DEFAULT_ADDRESS, DEFAULT_PORT
+from rolloutscope.dashboard.in_flight import InFlight
 from rolloutscope.dashboard.incident_view import IncidentDetail
 from rolloutscope.dashboard.time_views import Fleet, Timeline
 from rolloutscope.dashboard.tabs import CSS, Checkpoints, Overview, Rollouts
@@ -50,8 +51,8 @@ REFRESH_MS = 1500  # live refresh period: inside the 1-2 s the views promise
 # a session makes a tab's view when the tab is first shown (``LazyView``; off: every view at
 # once, as before, bench_sessions.py's baseline)
 LAZY_TABS = True
-TAB_NAMES = ("Overview", "Timeline", "Checkpoints", "Fleet", "Rollouts", "Traces", "Incident",
-             "Steps", "Replay", "Diff")
+TAB_NAMES = ("Overview", "Timeline", "Checkpoints", "Fleet", "Rollouts", "In flight", "Traces",
+             "Incident", "Steps", "Replay", "Diff")
 
 
 @dataclass
@@ -64,6 +65,7 @@ class Dashboard:
     checkpoints: Checkpoints
     fleet: Fleet
     rollouts: Rollouts
+    in_flight: InFlight
     traces: Traces
     incident: IncidentDetail
 
@@ -76,13 +78,14 @@ class Dashboard:
     def over(cls, data: DataStore, *, compare: RunStore | None = None) -> Dashboard:
         """``compare``: another store whose runs the Replay and Diff tabs offer."""
         return cls(data, Overview(data), Timeline(data), Checkpoints(data), Fleet(data),
-                   Rollouts(data), Traces(data, shown=False), IncidentDetail(data), Steps(data),
+                   Rollouts(data), InFlight(data, shown=False), Traces(data, shown=False),
+                   IncidentDetail(data), Steps(data),
                    Replay(data, after_store=compare), Diff(data, other_store=compare))
 
     def views(self) -> list:
         """The views in tab order (``TAB_NAMES``)."""
         out = [self.overview, self.timeline, self.checkpoints, self.fleet, self.rollouts,
-               self.traces, self.incident, self.steps]
+               self.in_flight, self.traces, self.incident, self.steps]
         return out + [v for v in (self.replay, self.diff) if v is not None]
 
 
@@ -129,15 +132,16 @@ class LazyDashboard:
     """``Dashboard``'s views made on first use (``LazyView``): what ``build_app`` serves.
     Asking for a view (``dash.timeline``, ``views()``) makes it."""
 
-    NAMES = ("overview", "timeline", "checkpoints", "fleet", "rollouts", "traces", "incident",
-             "steps", "replay", "diff")
+    NAMES = ("overview", "timeline", "checkpoints", "fleet", "rollouts", "in_flight", "traces",
+             "incident", "steps", "replay", "diff")
 
     def __init__(self, data: DataStore, *, compare: RunStore | None = None) -> None:
         self.data = data
         makers = {
             "overview": lambda: Overview(data), "timeline": lambda: Timeline(data),
             "checkpoints": lambda: Checkpoints(data), "fleet": lambda: Fleet(data),
-            "rollouts": lambda: Rollouts(data), "traces": lambda: Traces(data, shown=False),
+            "rollouts": lambda: Rollouts(data), "in_flight": lambda: InFlight(data, shown=False),
+            "traces": lambda: Traces(data, shown=False),
             "incident": lambda: IncidentDetail(data),
             "replay": lambda: Replay(data, after_store=compare),
             "diff": lambda: Diff(data, other_store=compare), "steps": lambda: Steps(data)}

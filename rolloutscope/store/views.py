@@ -18,6 +18,12 @@ rows' events only. A live dashboard tick reads it for the rows that changed sinc
 a filter on the view's output times would group every row of the run first (``completions`` at
 10M spans: 0.4-0.7 s a tick, against a few ms). The view is then
 ``SELECT * FROM <view>_since(NULL, NULL)``.
+
+A view of what is in flight now may define ``<view>_window(run, floor_ns, rows_back)``: the
+view's rows of one run read from the open markers and the finished spans and events of a recent
+window only (those ending at or after ``floor_ns`` and, where ``rows_back`` is positive, among
+the last ``rows_back`` committed), so a live reader's cost follows what is in flight, not the
+run. The view is then ``SELECT * FROM <view>_window(NULL, NULL, 0)``.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from importlib import resources
 import duckdb
 
 _NAME = re.compile(r"^\d\d_([a-z_]+)\.sql$")
+MACRO_SUFFIXES = ("_of", "_since", "_window")  # the macros a view file may define beside it
 _CREATE = re.compile(r"CREATE\s+OR\s+REPLACE\s+VIEW\s+([a-z_]+)\s+AS", re.IGNORECASE)
 _MACRO = re.compile(r"CREATE\s+OR\s+REPLACE\s+MACRO\s+([a-z_]+)\s*\(", re.IGNORECASE)
 
@@ -51,10 +58,10 @@ def read_folder(folder) -> tuple[tuple[str, str], ...]:
         declared = _CREATE.search(text)
         if not declared or declared.group(1) != m.group(1):
             raise RuntimeError(f"{entry.name} must define exactly the view {m.group(1)}")
-        allowed = {f"{m.group(1)}_of", f"{m.group(1)}_since"}
+        allowed = {f"{m.group(1)}{suffix}" for suffix in MACRO_SUFFIXES}
         if any(name not in allowed for name in _MACRO.findall(text)):
-            raise RuntimeError(f"{entry.name} may define only the macros {m.group(1)}_of and "
-                               f"{m.group(1)}_since")
+            raise RuntimeError(f"{entry.name} may define only the macros "
+                               + ", ".join(f"{m.group(1)}{s}" for s in MACRO_SUFFIXES))
         out.append((m.group(1), text))
     return tuple(out)
 

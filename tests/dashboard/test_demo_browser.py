@@ -43,11 +43,11 @@ FIX_REPLAYS_TIMEOUT_S = 240
 class DemoProcess:
     """The demo subprocess and its output, read line by line on a thread."""
 
-    def __init__(self, db: Path) -> None:
+    def __init__(self, db: Path, *, speed: float = 100, extra: tuple[str, ...] = ()) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "rolloutscope", "demo", "--port", "0", "--no-browser",
-             "--speed", "100", "--db", str(db)],
+             "--speed", f"{speed:g}", "--db", str(db), *extra],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []
         self._changed = threading.Condition()
