@@ -15,8 +15,9 @@ is decided on DuckDB's own parse of the statement that will run, never on its te
 3. the service opens the store with ``enable_external_access = false``, so nothing can read or
    write other files, attach databases or install extensions whatever got through.
 
-Values travel apart from the text: ``params``, a JSON list of scalars (or lists of scalars),
-binds the statement's ``?`` placeholders, so a reader never splices a value into SQL.
+Values travel apart from the text: ``params``, a JSON list (for ``?``) or object (for
+``$name``) of scalars or lists of scalars, binds the statement's placeholders, so a reader never
+splices a value into SQL.
 
 Each query runs in a worker thread, off the event loop that receives OTLP: the query, the
 fetch and the serialisation to Arrow IPC or JSON all happen there, under one deadline (DuckDB's
@@ -214,20 +215,28 @@ _SCALARS = (str, int, float, bool, type(None))
 MAX_PARAMS = 1_000
 
 
-def check_params(params: Any) -> list:
-    """``params`` as DuckDB binds them: a list of JSON scalars or lists of scalars."""
+def _bindable(value: Any) -> bool:
+    return isinstance(value, _SCALARS) or (
+        isinstance(value, list) and all(isinstance(v, _SCALARS) for v in value))
+
+
+def check_params(params: Any) -> list | dict:
+    """``params`` as DuckDB binds them: a JSON list (for ``?``) or object (for ``$name``) of
+    scalars or lists of scalars."""
     if params is None:
         return []
-    if not isinstance(params, list):
-        raise BadRequestError("bad_params", f"params must be a JSON list, got "
+    if isinstance(params, dict):
+        items = list(params.items())
+    elif isinstance(params, list):
+        items = list(enumerate(params))
+    else:
+        raise BadRequestError("bad_params", f"params must be a JSON list or object, got "
                                             f"{type(params).__name__}")
-    if len(params) > MAX_PARAMS:
-        raise BadRequestError("bad_params", f"at most {MAX_PARAMS} params, got {len(params)}")
-    for i, value in enumerate(params):
-        if isinstance(value, list) and all(isinstance(v, _SCALARS) for v in value):
-            continue
-        if not isinstance(value, _SCALARS):
-            raise BadRequestError("bad_params", f"params[{i}] is a {type(value).__name__}: "
+    if len(items) > MAX_PARAMS:
+        raise BadRequestError("bad_params", f"at most {MAX_PARAMS} params, got {len(items)}")
+    for key, value in items:
+        if not _bindable(value):
+            raise BadRequestError("bad_params", f"params[{key!r}] is a {type(value).__name__}: "
                                                 f"send strings, numbers, booleans, null or "
                                                 f"lists of them")
     return params

@@ -39,6 +39,13 @@ ARROW_STREAM = "application/vnd.apache.arrow.stream"
 ANSWER_GRACE_S = 5.0
 
 
+def _plain(value: Any) -> Any:
+    """A NumPy scalar as the Python value JSON can carry."""
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} cannot be sent as a query parameter")
+
+
 class CollectorClientError(Exception):
     """Base class; ``status`` is the HTTP status (None when the collector was unreachable)."""
 
@@ -85,14 +92,15 @@ class CollectorClient:
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.timeout_s = timeout_s
 
-    def query_arrow(self, sql: str, params: list | None = None, *,
+    def query_arrow(self, sql: str, params: list | dict | None = None, *,
                     timeout_s: float | None = None) -> pa.Table:
-        """The result of ``sql`` with ``params`` bound to its ``?`` placeholders. A collector
+        """The result of ``sql`` with ``params`` bound to its ``?`` placeholders (a list) or
+        its ``$name`` ones (a dict). A collector
         busy with other queries (429) is asked again after its Retry-After, within
         ``timeout_s`` (default: the client's)."""
         doc: dict[str, Any] = {"sql": sql, "format": "arrow"}
         if params:
-            doc["params"] = list(params)
+            doc["params"] = dict(params) if isinstance(params, dict) else list(params)
         limit = self.timeout_s if timeout_s is None else timeout_s
         doc["timeout_s"] = limit  # the collector stops the query when this call gives up
         until = time.monotonic() + limit
@@ -108,7 +116,7 @@ class CollectorClient:
                     raise
                 time.sleep(wait)
 
-    def query_df(self, sql: str, params: list | None = None) -> pd.DataFrame:
+    def query_df(self, sql: str, params: list | dict | None = None) -> pd.DataFrame:
         return self.query_arrow(sql, params).to_pandas()
 
     def query_records(self, sql: str) -> list[dict[str, Any]]:
@@ -123,7 +131,7 @@ class CollectorClient:
     def _post(self, path: str, doc: dict[str, Any], accept: str = "application/json", *,
               timeout_s: float | None = None) -> bytes:
         request = urllib.request.Request(
-            self.url + path, data=json.dumps(doc).encode(), method="POST",
+            self.url + path, data=json.dumps(doc, default=_plain).encode(), method="POST",
             headers={**self._headers, "Content-Type": "application/json", "Accept": accept})
         return self._request(request, timeout_s)
 
@@ -184,7 +192,7 @@ class RemoteRunStore(RunCatalog):
     def query_arrow(self, sql: str, params: Sequence[Any] | None = None, *,
                     timeout_s: float | None = None) -> pa.Table:
         try:
-            return self.client.query_arrow(sql, list(params or []), timeout_s=timeout_s)
+            return self.client.query_arrow(sql, params, timeout_s=timeout_s)
         except QueryTimeoutError as exc:
             raise RemoteReadTimeout(str(exc)) from None
 
@@ -197,6 +205,12 @@ class RemoteRunStore(RunCatalog):
 
     def query_df(self, sql: str, params: Sequence[Any] | None = None) -> pd.DataFrame:
         return self._relation(self.query_arrow(sql, params)).df()
+
+    def query_records(self, sql: str, params: Sequence[Any] | dict | None = None
+                      ) -> list[dict[str, Any]]:
+        table = self.query_arrow(sql, params)
+        rel = self._relation(table)
+        return [dict(zip(rel.columns, row)) for row in rel.fetchall()]
 
     def query_frame(self, sql: str, params: Sequence[Any] | None = None) -> pd.DataFrame:
         from rolloutscope.store.frames import arrow_frame

@@ -380,6 +380,14 @@ class RunStore(RunCatalog):
         with self.cursor() as cur:
             return cur.execute(sql, params or []).fetchall()
 
+    def query_records(self, sql: str, params: Sequence[Any] | dict | None = None
+                      ) -> list[dict[str, Any]]:
+        """Rows as dicts by column name; ``params`` a list (``?``) or a dict (``$name``)."""
+        with self.cursor() as cur:
+            cur.execute(sql, params or [])
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, row)) for row in cur.fetchall()]
+
     @property
     def maintained(self) -> bool:
         """Whether this store keeps its model rows as spans arrive (``derived.py``): a file

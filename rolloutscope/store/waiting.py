@@ -209,12 +209,9 @@ class _Reader:
         self.p = {"run": run_id, "at": at_ns}
 
     def q(self, sql: str, **more: Any) -> list[dict[str, Any]]:
-        with self.store.cursor() as cur:
-            # DuckDB refuses a named parameter the statement does not use
-            params = {k: v for k, v in {**self.p, **more}.items() if f"${k}" in sql}
-            cur.execute(sql, params)
-            names = [d[0] for d in cur.description]
-            return [dict(zip(names, row)) for row in cur.fetchall()]
+        # DuckDB refuses a named parameter the statement does not use
+        params = {k: v for k, v in {**self.p, **more}.items() if f"${k}" in sql}
+        return self.store.query_records(sql, params)
 
     def s(self, ns: int | None) -> float | None:
         return None if ns is None else round((int(ns) - self.origin) / 1e9, 3)

@@ -199,11 +199,15 @@ class TestQueryEndpoint:
         assert collector.client.query_df(
             "SELECT count(*) AS n FROM spans WHERE run_id IN (SELECT unnest(?))",
             [["bound", "other"]])["n"].tolist() == [2]
+        assert collector.client.query_df(  # named: $run twice, one value
+            "SELECT count(*) AS n FROM spans WHERE run_id = $run OR $run IS NULL",
+            {"run": "bound"})["n"].tolist() == [2]
 
     @pytest.mark.parametrize(("params", "named"), [
-        ({"a": 1}, "params must be a JSON list, got dict"),
+        ("a", "params must be a JSON list or object, got str"),
         ([{"a": 1}], "params[0] is a dict"),
         (["ok", [1, {"b": 2}]], "params[1] is a list"),
+        ({"run": {"b": 2}}, "params['run'] is a dict"),
     ])
     def test_params_that_are_not_scalars_are_refused_by_name(self, collector, params, named):
         with pytest.raises(QueryError, match=re.escape(named)) as caught:

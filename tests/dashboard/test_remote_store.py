@@ -75,6 +75,16 @@ def test_the_dashboards_frames_are_the_files(both):
     pd.testing.assert_frame_equal(b.attempts_table(), a.attempts_table())
 
 
+def test_what_the_run_waits_on_is_the_files(both):
+    from rolloutscope.store.waiting import waiting_on
+
+    local, remote = both
+    assert waiting_on(remote, RUN) == waiting_on(local, RUN)
+    assert remote.query_records("SELECT $run AS run, $n + 1 AS n", {"run": RUN, "n": 1}) \
+        == local.query_records("SELECT $run AS run, $n + 1 AS n", {"run": RUN, "n": 1}) \
+        == [{"run": RUN, "n": 2}]
+
+
 def test_a_read_past_its_time_is_a_read_timeout_naming_the_limit(both):
     _, remote = both
     with pytest.raises(ReadTimeout, match="0.5"):
