@@ -1,4 +1,5 @@
-"""The live dashboard of ``rolloutscope serve``, in a process of its own.
+"""The live dashboard of ``rolloutscope serve`` and ``rolloutscope demo``, in a process of its
+own.
 
 ``DashboardProcess`` runs ``rolloutscope dashboard URL`` (``cli/dashboard.py``) against the
 collector's OTLP/HTTP base URL, waits for the line that says it serves, and restarts it if it
@@ -24,8 +25,9 @@ RESTART_AFTER_S = 2.0
 
 class DashboardProcess:
     def __init__(self, collector_url: str, *, port: int, token: str | None = None,
-                 waiting_for: str | None = None) -> None:
+                 waiting_for: str | None = None, run_id: str | None = None) -> None:
         self.collector_url = collector_url
+        self.run_id = run_id
         self.port = port
         self.token = token
         self.waiting_for = waiting_for
@@ -40,6 +42,8 @@ class DashboardProcess:
                "--port", str(self.port), "--no-browser"]
         if self.waiting_for:
             cmd += ["--waiting-for", self.waiting_for]
+        if self.run_id:
+            cmd += ["--run-id", self.run_id]
         return cmd
 
     def _spawn(self) -> str:

@@ -103,7 +103,7 @@ def run_demo(*, db: Path, scenario_name: str, speed: float, port: int, open_brow
              exit_after_replay: bool, stop: threading.Event, fixes: bool = True) -> int:
     from rolloutscope.collectors.service import CollectorConfig
     from rolloutscope.vocabulary import RunSource
-    from rolloutscope.dashboard.app import start_dashboard
+    from rolloutscope.cli.dashboard_process import DashboardProcess
     from rolloutscope.replay.run_live import ReplayStopped, replay_live
     from rolloutscope.replay.scenarios import get
     from rolloutscope.replay.run_scenario import effective_variants
@@ -121,9 +121,12 @@ def run_demo(*, db: Path, scenario_name: str, speed: float, port: int, open_brow
                            config=scenario.config_dict(),
                            metadata={"description": scenario.description, "speed": speed,
                                      "live": True, "horizon_s": scenario.horizon_s})
+        # as in serve: the dashboard is a process of its own, reading through the collector
+        dashboard = DashboardProcess(collector.endpoints.http, port=port, run_id=run_id)
         try:
-            dashboard = start_dashboard(store, port=port, live=True, run_id=run_id)
+            dashboard.start()
         except OSError as exc:
+            dashboard = None
             raise UsageError(f"cannot serve the dashboard: {exc}") from None
         minutes = scenario.horizon_s / speed / 60
         print(f"rolloutscope demo: dashboard at {dashboard.url}", flush=True)
