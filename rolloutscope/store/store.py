@@ -304,7 +304,7 @@ class RunStore(RunCatalog):
 
     def _install_temp_views(self, cur: duckdb.DuckDBPyConnection) -> None:
         self.install_legacy_tables(cur)
-        _views.install(cur, temporary=True)
+        _views.install(cur, temporary=True, row_ids=self._legacy is None)
 
     def install_legacy_tables(self, cur: duckdb.DuckDBPyConnection) -> None:
         """On a read-only store of an older version, give ``cur`` (a ``new_cursor()``) the

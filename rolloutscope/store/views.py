@@ -113,8 +113,22 @@ def installed_current(con: duckdb.DuckDBPyConnection) -> bool:
     return bool(rows) and rows[0][0] == digest()
 
 
-def install(con: duckdb.DuckDBPyConnection, *, temporary: bool) -> None:
+# a window's bound by row id (``in_flight_window``): row ids are a table's, and an older store's
+# tables are read through views that have none
+_ROW_ID_BOUND = re.compile(r"\s*AND rowid >= CASE WHEN rows_back > 0 THEN \(SELECT count\(\*\) "
+                           r"FROM \w+\) - rows_back\s+ELSE 0 END")
+
+
+def without_row_ids(text: str) -> str:
+    """A view file's text without its bounds by row id: the time window alone bounds it."""
+    return _ROW_ID_BOUND.sub("", text)
+
+
+def install(con: duckdb.DuckDBPyConnection, *, temporary: bool, row_ids: bool = True) -> None:
+    """The views, stored or temporary; ``row_ids`` False where the tables are views of an
+    older store's (``schema.legacy_views``), which have no row ids."""
     for _, text in definitions():
+        text = text if row_ids else without_row_ids(text)
         con.execute(as_temporary(text) if temporary else text)
     if not temporary:
         # delete-then-insert, not INSERT OR REPLACE: a lake's store_meta has no key to replace on

@@ -192,8 +192,8 @@ def test_a_view_file_may_define_only_its_own_reader(tmp_path):
     assert views.read_folder(tmp_path) == (("model_calls", text),)
     (tmp_path / "36_model_calls.sql").write_text(
         text.replace("MACRO model_calls_of", "MACRO calls_since"))
-    with pytest.raises(RuntimeError, match="may define only the macros model_calls_of and "
-                                           "model_calls_since"):
+    with pytest.raises(RuntimeError, match="may define only the macros model_calls_of, "
+                                           "model_calls_since, model_calls_window"):
         views.read_folder(tmp_path)
 
 
