@@ -24,10 +24,13 @@ WAIT_MS = 120_000
 # enough trained prompt groups for the lane's points to fill a plot: 60 or more
 TRAINED = re.compile(r"\b([6-9]\d|\d{3,}) prompt group\(s\) trained")
 # [rollout, age] of each row of the board the browser holds, top first
+# a row Tabulator is still drawing has no cells yet: it is read on the next look
 BOARD_JS = """
-(rows) => rows.map((r) => [
-  r.querySelector('[tabulator-field="rollout"]').innerText,
-  parseFloat(r.querySelector('[tabulator-field="age (s)"]').innerText)])
+(rows) => rows
+  .map((r) => [r.querySelector('[tabulator-field="rollout"]'),
+               r.querySelector('[tabulator-field="age (s)"]')])
+  .filter(([id, age]) => id && age)
+  .map(([id, age]) => [id.innerText, parseFloat(age.innerText)])
 """
 
 
