@@ -2,9 +2,9 @@
 
 The views in ``sql/`` stay the contract and the reference. Most model rows are each one span's
 (and its own events'): a deadline, a parked stay, a shard's stay in one state, a checkpoint
-participant's operation, an RL try. Spans are immutable once committed and a file's tables are
-append-only, so such a row, once its span has ended and been committed, never changes. This
-module keeps those rows in tables (``d_<view>``) and fills them in *passes*: a pass derives the
+participant's operation, an RL try (``rl_attempts``). Spans are immutable once committed and a
+file's tables are append-only, so such a row, once its span has ended and been committed, never
+changes. This module keeps those rows in tables (``d_<view>``) and fills them in *passes*: a pass derives the
 rows of the spans committed since the last one, found by row id, and advances the watermark in
 the same transaction as the rows it adds (a crash, ``kill -9`` included, leaves both as they
 were, and the next pass derives the same spans again).
@@ -50,6 +50,7 @@ MAINTAINED: tuple[str, ...] = (
     "shard_states",
     "parked_intervals",
     "deadlines",
+    "rl_attempts",
 )
 
 SCHEMAS = ("rs_new", "rs_tail", "rs_read")

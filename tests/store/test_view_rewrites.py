@@ -163,17 +163,17 @@ def test_the_comparison_sees_a_reference_that_reads_differently(tmp_path, monkey
     with RunStore(path) as store:
         replay_into_store(get("snapshot-outlasts-deadline"), store)
     texts = reference_texts()
-    texts["rollout_attempts"] = dict(views.definitions())["rollout_attempts"].replace(
+    texts["rl_attempts"] = dict(views.definitions())["rl_attempts"].replace(
         "WHERE name = 'rl.rollout.attempt'\n",
         "WHERE name = 'rl.rollout.attempt' AND status_code <> 'ERROR'\n", 1)
-    assert texts["rollout_attempts"] != dict(views.definitions())["rollout_attempts"]
+    assert texts["rl_attempts"] != dict(views.definitions())["rl_attempts"]
     monkeypatch.setattr(f"{__name__}.reference_texts", lambda: texts)
     diff, _ = differences(path)
-    assert "rollout_attempts" in diff, diff
+    assert "rl_attempts" in diff, diff
     with RunStore(path) as store:  # as an older version left it: other stored views
         store.query("UPDATE store_meta SET value = 'older' WHERE key = 'views_digest'")
     diff, _ = differences(path)
-    assert "rollout_attempts" in diff, diff
+    assert "rl_attempts" in diff, diff
 
 
 def test_the_comparison_sees_a_previous_view_whose_rows_changed(tmp_path, monkeypatch):
