@@ -8,7 +8,9 @@ on one synthetic run (benchmarks/synthetic.py), medians of --rounds, in one proc
   ``rolloutscope incidents`` (process start included) on the file with and without them;
 - info: ``rolloutscope info`` (process start included) with and without the summaries;
 - one hour: the deadlines and parked stays of the run's last hour, from the view against the
-  maintained tables.
+  maintained tables;
+- whole run by minute and by step: ``summaries.buckets`` and ``steps.step_table`` over the kept
+  per-second sums against the same measures computed from the views.
 
     .venv/bin/python benchmarks/bench_derived.py --spans 1000000 --rounds 3
 """
@@ -31,7 +33,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import duckdb  # noqa: E402
 
 import synthetic  # noqa: E402
-from rolloutscope.store import RunStore, derived  # noqa: E402
+from rolloutscope.store import RunStore, derived, summaries  # noqa: E402
+from rolloutscope.store.steps import step_table  # noqa: E402
 
 CLI = [sys.executable, "-m", "rolloutscope"]
 
@@ -45,7 +48,7 @@ def strip_derived(path: Path) -> None:
     con = duckdb.connect(str(path))
     for name in derived.MAINTAINED:
         con.execute(f"DROP TABLE IF EXISTS d_{name}")
-    for table in ("d_span_buckets", "d_resources", "derive_state"):
+    for table in ("d_span_buckets", "d_resources", "d_run_seconds", "derive_state"):
         con.execute(f"DROP TABLE IF EXISTS {table}")
     for schema in derived.SCHEMAS:
         con.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
@@ -104,6 +107,12 @@ def main() -> None:
     rows = []
     with RunStore(maintained, read_only=True) as store, store.cursor() as cur:
         last = cur.execute("SELECT max(last_seen_ns) FROM runs").fetchall()[0][0]
+        run_id = store.default_run_id or store.run_ids()[0]
+
+    def read(path: Path, fn) -> None:
+        with RunStore(path, read_only=True) as store:
+            fn(store)
+
     hour = f"start_ns >= {last - 3600 * 10**9}"
     cases = [
         ("incidents (SQL, in process)", lambda: query(plain, "SELECT * FROM incidents"),
@@ -119,6 +128,12 @@ def main() -> None:
                   query(plain, f"SELECT * FROM parked_intervals WHERE {hour}")),
          lambda: (query(maintained, f"SELECT * FROM rs_read.deadlines WHERE {hour}"),
                   query(maintained, f"SELECT * FROM rs_read.parked_intervals WHERE {hour}"))),
+        ("whole run by minute (summaries.buckets)",
+         lambda: read(plain, lambda s: summaries.buckets(s, run_id, 60)),
+         lambda: read(maintained, lambda s: summaries.buckets(s, run_id, 60))),
+        ("whole run by step (steps.step_table)",
+         lambda: read(plain, lambda s: step_table(s, run_id)),
+         lambda: read(maintained, lambda s: step_table(s, run_id))),
     ]
     for label, before, after in cases:
         b, bt = timed(before, rounds)

@@ -51,6 +51,7 @@ MAINTAINED: tuple[str, ...] = (
     "parked_intervals",
     "deadlines",
     "rl_attempts",
+    "train_step_spans",
 )
 
 SCHEMAS = ("rs_new", "rs_tail", "rs_read")
@@ -111,6 +112,55 @@ _SERVICES_MAINTAINED = """    SELECT run_id, resource, sum(spans) AS spans, min(
     GROUP BY run_id, resource
 )"""
 
+# What happened in each second of a run, summed as rows are derived (``d_run_seconds``): each
+# row of a maintained view adds ``value`` to ``measure`` in the second its ``instant`` falls
+# in. A whole-run picture (per train step, per time bucket) reads these sums, a few rows per
+# second of the run, instead of the rows. Gauges are running sums of two of them: tries in
+# flight = tries_started - tries_ended, rollouts parked = parked_started - parked_ended,
+# serving shards = serving_entered - serving_left. (measure, view, instant, value, filter)
+SECOND_NS = 10**9
+MEASURES: tuple[tuple[str, str, str, str, str], ...] = (
+    ("tries_started", "rl_attempts", "start_ns", "1", "true"),
+    ("tries_ended", "rl_attempts", "end_ns", "1", "true"),
+    ("committed", "rl_attempts", "end_ns", "1", "outcome = 'committed'"),
+    ("failed_tries", "rl_attempts", "end_ns", "1", "outcome IN ('failed', 'cancelled')"),
+    ("redispatches", "rl_attempts", "start_ns", "1", "attempt > 0"),
+    ("timeouts", "deadlines", "fired_ns", "1", "outcome = 'fired'"),
+    ("parked_started", "parked_intervals", "start_ns", "1", "true"),
+    ("parked_ended", "parked_intervals", "end_ns", "1", "true"),
+    ("parked_s", "parked_intervals", "end_ns", "duration_s", "true"),
+    ("serving_entered", "shard_states", "start_ns", "1", "serving"),
+    ("serving_left", "shard_states", "end_ns", "1", "serving"),
+    ("quarantines", "shard_states", "start_ns", "1", "state = 'quarantined'"),
+    ("checkpoint_ops", "checkpoint_ops", "start_ns", "1", "true"),
+    ("checkpoint_ops_failed", "checkpoint_ops", "end_ns", "1", "outcome = 'error'"),
+    ("train_steps_ended", "train_step_spans", "end_ns", "1", "true"),
+)
+_SECONDS_DDL = """CREATE TABLE IF NOT EXISTS d_run_seconds (
+    run_id VARCHAR NOT NULL, sec_ns BIGINT NOT NULL, measure VARCHAR NOT NULL, value DOUBLE,
+    PRIMARY KEY (run_id, sec_ns, measure))"""
+
+
+def measures_sql(schema: str | None = None, where: str = "true") -> str:
+    """(run_id, sec_ns, measure, value) of the rows of ``schema``'s views (None: the main
+    schema's, computed from scratch), each instant's second one row per measure; ``where``
+    filters every branch (it may name run_id and sec_ns)."""
+    prefix = f"{schema}." if schema else ""
+    branches = []
+    for measure, view, instant, value, keep in MEASURES:
+        branches.append(
+            f"SELECT run_id, {instant} // {SECOND_NS} * {SECOND_NS} AS sec_ns, "
+            f"'{measure}' AS measure, ({value})::DOUBLE AS value "
+            f"FROM {prefix}{view} WHERE {instant} IS NOT NULL AND ({keep})")
+    body = "\n    UNION ALL ".join(branches)
+    return (f"SELECT run_id, sec_ns, measure, sum(value) AS value FROM (\n    {body}) m "
+            f"WHERE {where} GROUP BY ALL")
+
+
+_SECONDS_PASS = f"""INSERT INTO main.d_run_seconds
+    SELECT coalesce(run_id, ''), sec_ns, measure, value FROM ({measures_sql("rs_new")})
+    ON CONFLICT DO UPDATE SET value = value + excluded.value"""
+
 _STATE_DDL = """CREATE TABLE IF NOT EXISTS derive_state (
     spans_done BIGINT, events_done BIGINT, spans_upto BIGINT, events_upto BIGINT,
     digest VARCHAR, passes BIGINT, updated_ns BIGINT)"""
@@ -121,7 +171,8 @@ def digest() -> str:
     summaries' statements."""
     h = hashlib.sha256(_views.digest().encode())
     h.update(",".join(MAINTAINED).encode())
-    for stmt in (*_SUMMARY_DDL, *_SUMMARY_PASS, _SERVICES_MAINTAINED):
+    for stmt in (*_SUMMARY_DDL, *_SUMMARY_PASS, _SERVICES_MAINTAINED, _SECONDS_DDL,
+                 _SECONDS_PASS):
         h.update(stmt.encode())
     return h.hexdigest()[:16]
 
@@ -182,9 +233,9 @@ def install(con: duckdb.DuckDBPyConnection) -> bool:
     for name in MAINTAINED:
         con.execute(f"DROP TABLE IF EXISTS main.d_{name}")
         con.execute(f"CREATE TABLE main.d_{name} AS SELECT * FROM rs_new.{name} WHERE false")
-    for table in ("d_span_buckets", "d_resources"):
+    for table in ("d_span_buckets", "d_resources", "d_run_seconds"):
         con.execute(f"DROP TABLE IF EXISTS main.{table}")
-    for stmt in _SUMMARY_DDL:
+    for stmt in (*_SUMMARY_DDL, _SECONDS_DDL):
         con.execute(stmt)
     for name, text in _views.definitions():
         if name == "services":
@@ -239,7 +290,7 @@ def derive(con: duckdb.DuckDBPyConnection) -> int:
                     [spans_total, events_total])
         for name in MAINTAINED:
             con.execute(f"INSERT INTO main.d_{name} SELECT * FROM rs_new.{name}")
-        for stmt in _SUMMARY_PASS:
+        for stmt in (*_SUMMARY_PASS, _SECONDS_PASS):
             con.execute(stmt)
         con.execute("UPDATE derive_state SET spans_done = ?, events_done = ?, "
                     "passes = passes + 1, updated_ns = ?",

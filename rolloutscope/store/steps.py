@@ -11,6 +11,12 @@ Each row counts, by the time it happened: prompt groups committed (a try's end; 
 deadlines that fired, re-dispatches (RL tries after the first, by their start), failed tries,
 snapshot windows (by their start) with their admission-closed seconds and failures, and
 incidents (by their start), with seconds since each run's own origin.
+
+Where the store keeps its rows as spans arrive, the RL tries' and deadlines' counts are read
+from the per-second sums it keeps (``summaries.step_counts``): a second is counted in the step
+its last instant falls in, so an event in the very second a step's training ends may be counted
+in the next step. The step boundaries are read from the kept ``train_step_spans``. The Gym
+rows, the snapshot windows and the incidents are read from their views.
 """
 
 from __future__ import annotations
@@ -18,9 +24,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from rolloutscope.store import summaries
 from rolloutscope.store.run_reads import origin_ns, require_run
 from rolloutscope.store.store import RunStore
-from rolloutscope.vocabulary import Attr, SpanName
 
 STEP_COLUMNS = ["step", "trained", "start_s", "end_s", "train_s", "committed", "timeouts",
                 "redispatches", "failed_tries", "snapshots", "snapshot_s",
@@ -32,9 +38,8 @@ COUNTS = ("committed", "timeouts", "redispatches", "failed_tries", "snapshots", 
 def _boundaries(store: RunStore, run_id: str) -> pd.DataFrame:
     """step, start_ns (training), end_ns (training) of each completed train step."""
     spans = store.query_df(
-        f"SELECT TRY_CAST(attributes->>'{Attr.TRAIN_STEP}' AS BIGINT) AS step, start_ns, "
-        "end_ns FROM all_spans WHERE run_id = ? AND name = ? AND end_ns IS NOT NULL "
-        "ORDER BY end_ns", [run_id, SpanName.RL_TRAIN_STEP])
+        f"SELECT step, start_ns, end_ns FROM {store.relation('train_step_spans')} "
+        "WHERE run_id = ? AND end_ns IS NOT NULL ORDER BY end_ns", [run_id])
     if len(spans):
         steps = spans.step.where(spans.step.notna(), pd.Series(range(1, len(spans) + 1)))
         return pd.DataFrame({"step": steps.astype("int64"), "start_ns": spans.start_ns,
@@ -70,13 +75,19 @@ def step_table(store: RunStore, run_id: str) -> pd.DataFrame:
         w = None if weights is None else np.asarray(weights, dtype="float64")[keep]
         counts[col] += np.bincount(bucket(ns[keep]), weights=w, minlength=n)[:n]
 
-    att = store.view("rollout_attempts", run_id=run_id)
+    if store.maintained:
+        sums = summaries.step_counts(store, run_id, ends)
+        for col in ("committed", "failed_tries", "redispatches", "timeouts"):
+            counts[col] += sums[col].to_numpy()
+        att = store.view("gym_attempts", run_id=run_id)
+    else:
+        att = store.view("rollout_attempts", run_id=run_id)
+        add("redispatches", att.start_ns[(att.attempt.fillna(0) > 0) & (att.dialect == "rl")])
+        dl = store.view("deadlines", run_id=run_id)
+        add("timeouts", dl.fired_ns[dl.outcome == "fired"])
     done = att[att.outcome.isin(["committed", "finished"])]
     add("committed", done.end_ns)
     add("failed_tries", att.end_ns[att.outcome.isin(["failed", "cancelled"])])
-    add("redispatches", att.start_ns[(att.attempt.fillna(0) > 0) & (att.dialect == "rl")])
-    dl = store.view("deadlines", run_id=run_id)
-    add("timeouts", dl.fired_ns[dl.outcome == "fired"])
     win = store.view("checkpoint_windows", run_id=run_id)
     add("snapshots", win.start_ns)
     add("snapshot_s", win.start_ns, win.duration_s.fillna(0.0))
@@ -85,8 +96,8 @@ def step_table(store: RunStore, run_id: str) -> pd.DataFrame:
     add("incidents", inc.start_ns)
     for b, kind in zip(bucket(inc.start_ns), inc.kind.astype(str)):
         kinds[int(b)].append(kind)
-    last = store.query("SELECT max(coalesce(end_ns, start_ns)) FROM all_spans WHERE run_id = ?",
-                       [run_id])[0][0] or origin
+    last = store.query(f"SELECT max(last_ns) FROM {store.relation('services')} "
+                       "WHERE run_id = ?", [run_id])[0][0] or origin
     starts = np.concatenate([[origin], ends]) if len(ends) else np.array([origin])
     stops = np.concatenate([ends, [max(last, ends[-1] if len(ends) else origin)]])
     steps = list(bounds.step) + [int(bounds.step.iloc[-1]) + 1 if len(bounds) else 1]

@@ -40,7 +40,7 @@ def _strip(path: Path) -> None:
     """``path`` as a store written before its rows were maintained."""
     con = duckdb.connect(str(path))
     for table in (*(f"d_{name}" for name in derived.MAINTAINED), "d_span_buckets",
-                  "d_resources", "derive_state"):
+                  "d_resources", "d_run_seconds", "derive_state"):
         con.execute(f"DROP TABLE {table}")
     for schema in derived.SCHEMAS:
         con.execute(f"DROP SCHEMA {schema} CASCADE")
@@ -59,8 +59,18 @@ def differences(path: Path) -> tuple[dict, dict[str, int]]:
                 out[name] = (sum(a.values()), sum(b.values()),
                              [f"- {r[:300]}" for r in list((a - b).elements())[:3]]
                              + [f"+ {r[:300]}" for r in list((b - a).elements())[:3]])
+        # the per-second sums kept beside them, and what the views' rows sum to
+        a = _rows(cur, f"({derived.measures_sql(None)})")
+        b = _rows(cur, "(SELECT run_id, sec_ns, measure, sum(value) FROM ("
+                       "SELECT nullif(run_id, '') AS run_id, sec_ns, measure, value "
+                       "FROM d_run_seconds UNION ALL "
+                       f"SELECT * FROM ({derived.measures_sql('rs_tail')})) GROUP BY ALL)")
+        if a != b:
+            out["d_run_seconds"] = (sum(a.values()), sum(b.values()),
+                                    [f"- {r}" for r in list((a - b).elements())[:3]]
+                                    + [f"+ {r}" for r in list((b - a).elements())[:3]])
         counts = {name: cur.execute(f"SELECT count(*) FROM d_{name}").fetchall()[0][0]
-                  for name in derived.MAINTAINED}
+                  for name in (*derived.MAINTAINED, "run_seconds")}
     return out, counts
 
 
@@ -107,6 +117,7 @@ def test_a_synthetic_run_reads_as_the_views(tmp_path):
     diff, counts = differences(path)
     assert not diff, diff
     assert counts["deadlines"] > 1000 and counts["parked_intervals"] > 100, counts
+    assert counts["rl_attempts"] > 1000 and counts["run_seconds"] > 100, counts
 
 
 def test_engines_scraped_behind_a_fleet_read_as_the_views(tmp_path):
@@ -262,3 +273,18 @@ def test_incidents_since_and_step_select_by_time(tmp_path):
                               "--run-id", "demo", "--step", "99999"], capture_output=True,
                              text=True, cwd=ROOT)
     assert missing.returncode == 2 and "step" in missing.stderr
+
+
+def test_a_kept_sum_that_differs_from_the_views_is_reported(tmp_path):
+    """The per-second sums really are compared: one second's count off by one is found."""
+    path = tmp_path / "run.duckdb"
+    with RunStore(path) as store:
+        runner.replay_into_store(get("demo"), store)
+    assert differences(path) == ({}, differences(path)[1])
+    con = duckdb.connect(str(path))
+    con.execute("UPDATE d_run_seconds SET value = value + 1 WHERE sec_ns = "
+                "(SELECT min(sec_ns) FROM d_run_seconds WHERE measure = 'committed') "
+                "AND measure = 'committed'")
+    con.close()
+    diff, _ = differences(path)
+    assert list(diff) == ["d_run_seconds"], diff
