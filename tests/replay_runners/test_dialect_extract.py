@@ -3,10 +3,14 @@ opentelemetry-instrumentation-openai-v2 or openinference-instrumentation-openai,
 local OpenAI-compatible server that records the engine's side as vLLM's ``llm_request``,
 exporting to a real ``rolloutscope serve``), then extracts a scenario from it: one rollout per
 trace, turns from the call spans, tokens from the call or else the engine, and a report that
-says so. Expected values are computed from the stored spans, read here without the views."""
+says so. Expected values are computed from the stored spans, read here without the views. And a
+real Gym 0.7.0 capture (which records no token counts) with the engine's ``llm_request`` posted
+under some of its calls: those turns take the engine's counts, the rest of the workload is the
+capture's own."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -14,15 +18,29 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 
 from rolloutscope.cli import main
 from rolloutscope.replay import capture_from_store, replay_run
 from rolloutscope.replay.extract import extract_scenario
+from rolloutscope.replay.scenario import Turn
 from rolloutscope.store import RunStore
-from rolloutscope.vocabulary import GenAIAttr, OpenInferenceAttr, SpanName, VllmAttr
+from rolloutscope.vocabulary import (
+    GenAIAttr,
+    OpenInferenceAttr,
+    ResourceAttr,
+    SpanName,
+    VllmAttr,
+)
 from tests.collectors.conftest import _env, start_collector
 from tests.collectors.llm_server import ModelServer
 from tests.collectors.test_llm_dialects import run_agent
+from tests.gym_capture import RUN_ID, bodies, collect_capture, expected_spans, post_capture
 
 pytest.importorskip("openai", reason="the test extra's openai SDK is not installed")
 AGENT = Path(__file__).parents[1] / "collectors" / "llm_agent.py"
@@ -200,3 +218,67 @@ def test_the_dialect_fixtures_calls_failed_ones_included_are_turns_and_the_repor
     assert result.outcomes_replayed.committed == len(expected)
     assert {k for k, _ in result.vanished} == {"retry_storm", "wedged_backend"}
 
+
+# -- a Gym run whose calls the engine recorded ---------------------------------------------------
+def post_engine_requests(http_base: str, tries: list[dict]) -> None:
+    """One vLLM ``llm_request`` under each of ``tries`` (HTTP spans of the Gym capture), as the
+    engine would send it: its own resource in the capture's run, the try as remote parent; the
+    k-th with 100 + k prompt and 10 + k completion tokens."""
+    provider = TracerProvider(resource=Resource.create({
+        ResourceAttr.SERVICE_NAME: "vllm-engine", ResourceAttr.RUN_ID: RUN_ID}))
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(
+        endpoint=f"{http_base}/v1/traces")))
+    tracer = provider.get_tracer("vllm.tracing")
+    for k, t in enumerate(tries):
+        parent = trace.set_span_in_context(trace.NonRecordingSpan(SpanContext(
+            int(t["trace_id"], 16), int(t["span_id"], 16), is_remote=True,
+            trace_flags=TraceFlags(TraceFlags.SAMPLED))))
+        span = tracer.start_span(SpanName.VLLM_REQUEST, context=parent, kind=SpanKind.SERVER,
+                                 start_time=t["start"] + 1000)
+        span.set_attributes({VllmAttr.PROMPT_TOKENS: 100 + k, VllmAttr.COMPLETION_TOKENS: 10 + k,
+                             VllmAttr.E2E: (t["end"] - t["start"] - 2000) / 1e9})
+        span.end(end_time=t["end"] - 1000)
+    provider.shutdown()
+
+
+def test_a_gym_runs_turns_take_their_tokens_from_the_engine_where_gym_records_none(tmp_path):
+    spans = expected_spans()
+    calls = {s["span_id"]: s for s in spans if s["name"] == "gym.model.responses"
+             and s["attrs"]["nemo.gym.rollout.id"] in ("0-0", "2-0")}
+    tries = sorted((s for s in spans if s["parent"] in calls), key=lambda s: s["start"])
+    db = tmp_path / "gym-engine.duckdb"
+    collector = start_collector(db)
+    try:
+        assert post_capture(collector.http) == len(bodies())
+        post_engine_requests(collector.http, tries)
+    finally:
+        assert collector.stop() == 0, "".join(collector.output)
+    plain = collect_capture(tmp_path / "gym.duckdb")
+    with RunStore(db, read_only=True) as store:
+        ex = extract_scenario(store)
+    with RunStore(plain, read_only=True) as store:
+        before = extract_scenario(store)
+    assert ex.report.dialect == "gym"
+    # the engine's counts, in the order of the calls it served
+    by_call = {t["parent"]: (100 + k, 10 + k) for k, t in enumerate(tries)}
+    want = {idx: [by_call[sid] for sid, _ in sorted(
+                ((sid, c) for sid, c in calls.items()
+                 if c["attrs"]["nemo.gym.rollout.id"] == f"{idx}-0"),
+                key=lambda x: x[1]["start"])] for idx in (0, 2)}
+    for p, q in zip(ex.scenario.prompts(), before.scenario.prompts(), strict=True):
+        got = [(t.input_tokens, t.output_tokens) for t in p.rows[0].turns]
+        assert got == want.get(p.idx, [(0, 0)] * len(got))
+        # everything else is the workload the capture alone gives
+        assert [without_tokens(t) for t in p.rows[0].turns] == \
+            [without_tokens(t) for t in q.rows[0].turns]
+        assert (p.arrival_s, p.rows[0].setup_s) == (q.arrival_s, q.rows[0].setup_s)
+    lines = ex.report.lines()
+    assert (f"inferred: workload.turns.tokens: {len(tries)} turn(s) from the engine's "
+            f"llm_request under the call (where the call recorded none): its prompt and "
+            f"completion tokens") in lines
+    assert not any("no span carries token counts" in line for line in lines)
+    assert any("no span carries token counts" in line for line in before.report.lines())
+
+
+def without_tokens(turn: Turn) -> Turn:
+    return dataclasses.replace(turn, input_tokens=0, output_tokens=0)
