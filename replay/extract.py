@@ -21,7 +21,10 @@ Sources, in the order they are used:
   policy workers lost in a commit; fault spans with no place in the scenario model are listed.
 - a run with no RL side at all (collected only from a Gym deployment): the workload comes from
   Gym's own rollouts and model calls (``extract_gym``); the report says so (``dialect`` gym),
-  and everything RL would have decided is the reference model's defaults.
+  and everything RL would have decided is the reference model's defaults;
+- a run with neither (an agent calling a model through an instrumented LLM client: GenAI,
+  OpenInference or plain HTTP spans): one rollout per trace of its model calls
+  (``extract_llm``), dialect llm, the same defaults.
 
 ``--incident ID`` keeps a window around one incident: from ``pad_s`` before it (and from the
 arrival of every prompt still running then) to ``pad_s`` after it, with the snapshots, syncs
@@ -50,6 +53,7 @@ from rolloutscope.vocabulary import (
 )
 from rolloutscope.replay import scenarios
 from rolloutscope.replay.extract_gym import gym_workload
+from rolloutscope.replay.extract_llm import call_workload
 from rolloutscope.store.run_reads import origin_ns, require_run
 from rolloutscope.replay.errors import ReplayError, ScenarioError, UnknownScenarioError
 from rolloutscope.replay.scenario import (
@@ -105,8 +109,9 @@ class ExtractionReport:
     inferred: tuple[ExtractionNote, ...] = ()
     defaulted: tuple[ExtractionNote, ...] = ()
     missing: tuple[ExtractionNote, ...] = ()
-    # whose spans the workload came from: rl (rl.rollout.prompt and its rows) or gym (the run
-    # has no RL side: Gym's rollouts, see extract_gym)
+    # whose spans the workload came from: rl (rl.rollout.prompt and its rows), gym (the run
+    # has no RL side: Gym's rollouts, see extract_gym) or llm (neither: an LLM client's model
+    # calls, one rollout per trace, see extract_llm)
     dialect: str = "rl"
 
     @property
@@ -120,6 +125,12 @@ class ExtractionReport:
                        "deployment's rollouts and the replay's controller, deadlines, retries "
                        "and snapshots are the reference model's defaults; the captured outcome "
                        "counts are not compared")
+        elif self.dialect == "llm":
+            out.append("LLM client side only: the run has neither RL-side spans nor Gym "
+                       "rollouts, so the workload is its model calls (one rollout per trace) "
+                       "and the replay's controller, deadlines, retries and snapshots are the "
+                       "reference model's defaults; the captured outcome counts are not "
+                       "compared")
         if self.window is not None:
             out.append(f"window {self.window[0]:g}-{self.window[1]:g} s around incident "
                        f"{self.incident_id}")
@@ -229,17 +240,7 @@ def extract_scenario(store: RunStore, run_id: str | None = None, *,
     if data.spans[SpanName.RL_PROMPT]:
         prompts = _prompts(data, config, document, notes)
     else:
-        gym = gym_workload(store, run_id, origin_ns(store, run_id), notes.add)
-        if gym is None:
-            raise ExtractionError(f"run {run_id} has neither rl.rollout.prompt nor gym.rollout "
-                                  f"spans: no workload to replay")
-        prompts, dialect = gym.prompts, "gym"
-        config = dataclasses.replace(config, rollout=dataclasses.replace(
-            config.rollout, num_generations_per_prompt=gym.rows_per_prompt))
-        notes.add("inferred", "config.rollout.num_generations_per_prompt",
-                  f"{gym.rows_per_prompt}, the Gym rollouts per prompt")
-        notes.defaulted = [_without(n, "num_generations_per_prompt")
-                           if n.item == "config.rollout" else n for n in notes.defaulted]
+        prompts, dialect, config = _workload_without_rl(store, run_id, config, notes)
     if not prompts:
         raise ExtractionError(f"run {run_id} has no rl.rollout.prompt spans: no workload")
     snapshots, silences, ck_index = _snapshots(data, horizon, notes)
@@ -267,6 +268,27 @@ def extract_scenario(store: RunStore, run_id: str | None = None, *,
         run_id=run_id, source=source, incident_id=incident_id, window=window,
         inferred=tuple(notes.inferred), defaulted=tuple(notes.defaulted),
         missing=tuple(notes.missing), dialect=dialect))
+
+
+def _workload_without_rl(store: RunStore, run_id: str, config: Config, notes: _Notes
+                         ) -> tuple[list[Prompt], str, Config]:
+    """A run with no RL side: Gym's rollouts where it has them, else its LLM client's calls."""
+    origin = origin_ns(store, run_id)
+    workload = gym_workload(store, run_id, origin, notes.add)
+    dialect = "gym"
+    if workload is None:
+        workload, dialect = call_workload(store, run_id, origin, notes.add), "llm"
+    if workload is None:
+        raise ExtractionError(f"run {run_id} has neither rl.rollout.prompt nor gym.rollout "
+                              f"spans, nor model calls: no workload to replay")
+    rows = workload.rows_per_prompt
+    config = dataclasses.replace(config, rollout=dataclasses.replace(
+        config.rollout, num_generations_per_prompt=rows))
+    whose = "the Gym rollouts per prompt" if dialect == "gym" else "one rollout per prompt"
+    notes.add("inferred", "config.rollout.num_generations_per_prompt", f"{rows}, {whose}")
+    notes.defaulted = [_without(n, "num_generations_per_prompt")
+                       if n.item == "config.rollout" else n for n in notes.defaulted]
+    return workload.prompts, dialect, config
 
 
 def _without(note: ExtractionNote, name: str) -> ExtractionNote:

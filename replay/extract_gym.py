@@ -8,8 +8,9 @@ of the default rollout id) when every task has the same number of repeats, else 
 a prompt of one row. A row's turns are its first attempt's model calls in order: ``model_s`` is
 the call as the model server served it, ``tool_s`` the gap to the next call (tool calls and the
 agent's own work; the last one runs to the rollout's end), ``setup_s`` the time before the
-first call. Token counts are read where a span carries ``gen_ai.usage.*`` (Gym 0.7.0 records
-none). Later Gym attempts of a rollout (``rid-aN``) are restores or a caller's re-sends of a row
+first call. Token counts are the call's where a span carries them (``gen_ai.usage.*`` on the Gym
+span or its backend try; Gym 0.7.0 records none), else the engine's (vLLM's ``llm_request`` under
+the call: its prompt and completion tokens), else 0; the report counts each. Later Gym attempts of a rollout (``rid-aN``) are restores or a caller's re-sends of a row
 already in the workload, and are listed, not replayed as rows of their own.
 
 Pure reading: the views in, ``Prompt`` records and notes out. The caller (``extract_scenario``)
@@ -18,6 +19,7 @@ owns the rest of the scenario and the report.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -44,8 +46,8 @@ def gym_workload(store: RunStore, run_id: str, origin: int, note: Note) -> GymWo
     if not len(rollouts):
         return None
     calls = store.query_df(
-        "SELECT capture_key, start_ns, end_ns, outcome, input_tokens, output_tokens "
-        "FROM model_calls WHERE run_id = ? AND capture_key IS NOT NULL ORDER BY start_ns",
+        "SELECT capture_key, start_ns, end_ns, outcome, input_tokens, output_tokens, "
+        "engine_prompt_tokens, engine_completion_tokens FROM model_calls WHERE run_id = ? AND capture_key IS NOT NULL ORDER BY start_ns",
         [run_id])
     by_key = {k: g for k, g in calls.groupby("capture_key")}
     first = rollouts.sort_values(["gym_attempt", "start_ns"]).drop_duplicates("rollout_id")
@@ -53,10 +55,11 @@ def gym_workload(store: RunStore, run_id: str, origin: int, note: Note) -> GymWo
     groups = _groups(first, note)
     n_rows = len(groups[0][1])
     prompts, from_calls, spanned, failed, tokens = [], 0, 0, 0, 0
+    counted: Counter[str] = Counter()  # turns by where their token counts came from
     for idx, members in groups:
         rows = []
         for r in members.itertuples(index=False):
-            row, how = _row(r, by_key.get(r.capture_key))
+            row, how = _row(r, by_key.get(r.capture_key), counted)
             from_calls += how == "calls"
             spanned += how == "spanned"
             failed += r.outcome != "finished"
@@ -83,6 +86,14 @@ def gym_workload(store: RunStore, run_id: str, origin: int, note: Note) -> GymWo
     if not tokens:
         note("defaulted", "workload.turns.tokens",
              "no span carries token counts (Gym 0.7.0 records none): 0 in and out")
+    if counted["call"]:
+        note("inferred", "workload.turns.tokens",
+             f"{counted['call']} turn(s) from their model call's gen_ai.usage.* (or its backend "
+             f"try's usage)")
+    if counted["engine"]:
+        note("inferred", "workload.turns.tokens",
+             f"{counted['engine']} turn(s) from the engine's llm_request under the call (where "
+             f"the call recorded none): its prompt and completion tokens")
     if len(later):
         keys = ", ".join(sorted(later.capture_key.astype(str))[:10])
         note("missing", "workload.gym_attempts",
@@ -107,7 +118,7 @@ def _groups(first: pd.DataFrame, note: Note) -> list[tuple[int, pd.DataFrame]]:
     return [(i, first.iloc[[i]]) for i in range(len(first))]
 
 
-def _row(r, calls: pd.DataFrame | None) -> tuple[Row, str]:
+def _row(r, calls: pd.DataFrame | None, counted: Counter[str]) -> tuple[Row, str]:
     start = int(r.start_ns)
     end = int(r.end_ns) if pd.notna(r.end_ns) else None
     done = calls[calls.end_ns.notna()] if calls is not None else None
@@ -121,9 +132,16 @@ def _row(r, calls: pd.DataFrame | None) -> tuple[Row, str]:
     for i, (s, e) in enumerate(zip(starts, ends, strict=True)):
         nxt = starts[i + 1] if i + 1 < len(starts) else last
         row = done.iloc[i]
+        # each count the call's own, else the engine's (where the call recorded none)
+        tin = row.input_tokens if pd.notna(row.input_tokens) else row.engine_prompt_tokens
+        tout = row.output_tokens if pd.notna(row.output_tokens) else row.engine_completion_tokens
+        counted["call"] += pd.notna(row.input_tokens) or pd.notna(row.output_tokens)
+        counted["engine"] += ((pd.isna(row.input_tokens) and pd.notna(row.engine_prompt_tokens))
+                              or (pd.isna(row.output_tokens)
+                                  and pd.notna(row.engine_completion_tokens)))
         turns.append(Turn(
             model_s=round((e - s) / 1e9, 6), tool_s=round(max(0, nxt - e) / 1e9, 6),
-            input_tokens=_count(row.input_tokens), output_tokens=_count(row.output_tokens)))
+            input_tokens=_count(tin), output_tokens=_count(tout)))
     return Row(turns=tuple(turns), setup_s=round(max(0, starts[0] - start) / 1e9, 6)), "calls"
 
 

@@ -120,9 +120,10 @@ def capture_from_store(path: str | Path | RunStore, run_id: str | None = None, *
     return Capture(label=label, scenario=extraction.scenario, incidents=keys, outcomes=outcomes,
                    timings=timings, store_path=Path(path), run_id=rid,
                    variants=tuple(recorded), extraction=extraction.report,
-                   # a Gym-side-only capture has no RL outcomes for the replay's to match
+                   # a Gym-side-only or LLM-client-only capture has no RL outcomes for the
+                   # replay's to match
                    judge_outcomes=(extraction.report.window is None
-                                   and extraction.report.dialect != "gym"))
+                                   and extraction.report.dialect == "rl"))
 
 
 def capture_from_golden(path: str | Path) -> Capture:

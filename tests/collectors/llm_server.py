@@ -3,7 +3,8 @@ side of each answered call recorded as vLLM records it.
 
 ``POST /v1/chat/completions``: the last message's text is ``answer S1 S2 ...``: the k-th request
 with that text is answered with status S_k (the last one repeats); a 200 carries usage (11
-prompt, 3 completion tokens) and the id ``chatcmpl-N``, any other status an OpenAI-style error
+prompt, 3 completion tokens; none where the text has the word ``no-usage``, as a server that
+reports none) and the id ``chatcmpl-N``, any other status an OpenAI-style error
 body (with ``retry-after-ms: 5``, so the SDK's own retries wait 5 ms). ``GET /health`` answers
 200. A 200 whose request carried a ``traceparent`` header is also recorded as vLLM's engine
 would: one ``llm_request`` SERVER span under that parent, with the names vLLM sets
@@ -62,7 +63,8 @@ class ModelServer:
             def do_POST(self) -> None:
                 arrival_ns = time.time_ns()
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                status, n = server._status(body["messages"][-1]["content"])
+                text = body["messages"][-1]["content"]
+                status, n = server._status(text)
                 if status != 200:
                     self._reply(status, {"error": {"message": f"answered {status}",
                                                    "type": "test", "code": None}})
@@ -72,9 +74,9 @@ class ModelServer:
                     "model": body["model"],
                     "choices": [{"index": 0, "finish_reason": "stop",
                                  "message": {"role": "assistant", "content": "ok"}}],
-                    "usage": {"prompt_tokens": PROMPT_TOKENS,
-                              "completion_tokens": COMPLETION_TOKENS,
-                              "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS}})
+                    **({} if "no-usage" in text.split() else {"usage": {
+                        "prompt_tokens": PROMPT_TOKENS, "completion_tokens": COMPLETION_TOKENS,
+                        "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS}})})
                 if "traceparent" in self.headers:
                     server._engine_span(dict(self.headers), arrival_ns, n)
 
@@ -94,7 +96,7 @@ class ModelServer:
         self._thread.start()
 
     def _status(self, text: str) -> tuple[int, int]:
-        statuses = [int(s) for s in text.split()[1:]]
+        statuses = [int(s) for s in text.split()[1:] if s.isdigit()]
         with self._lock:
             k = self.seen[text]
             self.seen[text] += 1
