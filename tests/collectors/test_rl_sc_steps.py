@@ -58,6 +58,21 @@ def sc_request() -> ExportTraceServiceRequest:
     # the rollout pump's dispatches run beside the step, no child of it: the second a retry
     span("rl.sc.generate_and_push", -5.0, 1.0, {"rl.rollout.attempt": 0})
     span("rl.sc.generate_and_push", 1.0, 1.5, {"rl.rollout.attempt": 1})
+    failed = span("rl.sc.generate_and_push", 1.1, 1.3, {"rl.rollout.attempt": 1})
+    failed.status.code = 2  # STATUS_CODE_ERROR
+    failed.status.message = "group skipped"
+    # another run, whose controller also runs rolloutscope's RL adapter: its tries say more
+    rs2 = request.resource_spans.add()
+    fill_attributes(rs2.resource.attributes, {"service.name": "nemo-rl",
+                                              "nemo.run.id": RUN_ID + "-adapted"})
+    ss2 = rs2.scope_spans.add()
+    for name, attrs in (("rl.sc.generate_and_push", {"rl.rollout.attempt": 0}),
+                        ("rl.rollout.attempt", {"nemo.gym.rollout.id": "p00000",
+                                                "nemo.rl.prompt.idx": 0,
+                                                "nemo.rl.rollout.attempt": 0})):
+        s = ss2.spans.add(trace_id=trace_id, span_id=os.urandom(8), name=name, kind=1,
+                          start_time_unix_nano=T0, end_time_unix_nano=T0 + S)
+        fill_attributes(s.attributes, attrs)
     return request
 
 
@@ -104,3 +119,21 @@ def test_the_single_controllers_step_reads_like_any_algorithms(sc_store):
     # the children end at 9.5 s, the step at 10 s: the half second no span accounts for
     assert ledger.other_s == pytest.approx(10.0 - CHILDREN[-1][2])
     assert ledger.generating_s == pytest.approx(seconds("rl.idle.buffer_starvation"))
+
+
+def test_the_single_controllers_dispatches_are_tries(sc_store):
+    """rl.sc.generate_and_push is a try of dialect rl_telemetry, where the run has no try of
+    rolloutscope's own RL adapter."""
+    with RunStore(sc_store, read_only=True) as store:
+        rows = store.query_df(
+            "SELECT run_id, dialect, attempt, outcome, failure_reason, duration_s, rollout_id "
+            "FROM rollout_attempts ORDER BY run_id, start_ns").itertuples(index=False)
+        rows = [tuple(r) for r in rows]
+    sc = [r for r in rows if r[0] == RUN_ID]
+    assert [(r[1], r[2], r[3], r[4]) for r in sc] == [
+        ("rl_telemetry", 0, "committed", None), ("rl_telemetry", 1, "committed", None),
+        ("rl_telemetry", 1, "failed", "group skipped")]
+    assert [round(r[5], 6) for r in sc] == [6.0, 0.5, 0.2]
+    assert all(r[6] is None for r in sc)
+    adapted = [r for r in rows if r[0] == RUN_ID + "-adapted"]
+    assert [(r[1], r[6]) for r in adapted] == [("rl", "p00000")]
