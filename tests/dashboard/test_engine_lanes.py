@@ -9,9 +9,7 @@ from collections.abc import Iterator
 
 import pandas as pd
 import pytest
-from opentelemetry.trace import SpanKind
 
-from rolloutscope.collectors.exporter import instrument
 from rolloutscope.dashboard import datastore as ds_module
 from rolloutscope.dashboard import engine_lanes as el
 from rolloutscope.dashboard import time_figures as tf
@@ -19,35 +17,12 @@ from rolloutscope.dashboard import timeline_plot as tl
 from rolloutscope.dashboard.datastore import DataStore
 from rolloutscope.dashboard.time_views import Fleet, Timeline
 from rolloutscope.store import RunStore
-from rolloutscope.vocabulary import SpanName, VllmAttr
-from tests.engine_metrics import ENGINES, READS, write_engine_run
-from tests.store.conftest import S, T0, SpanKit
+from tests.engine_metrics import READS
+from tests.store.conftest import S, T0
 
-RUN = "engines"
-ADDRESSES = [f"{host}:8000" for host, _ in ENGINES.values()]  # serving shards 0, 1, 2
-QUEUES = (0.25, 1.5, 0.5)  # the requests' seconds queued; each lasts 2 s
+from .conftest import ADDRESSES, ENGINE_RUN
 
-
-@pytest.fixture(scope="module")
-def engine_path(tmp_path_factory) -> Iterator:
-    """Three shards, the engine behind each scraped ``READS`` times (tests/engine_metrics.py),
-    and three requests one engine traced (service ``tests``)."""
-    path = tmp_path_factory.mktemp("engines") / "run.duckdb"
-    inst = instrument(path, service_name="tests", run_id=RUN)
-    try:
-        kit = SpanKit(inst)
-        write_engine_run(kit, RUN, t0_ns=T0)
-        for k, queued in enumerate(QUEUES):
-            span = kit.tracer.start_span(
-                SpanName.VLLM_REQUEST, kind=SpanKind.SERVER, start_time=T0 + (11 + k) * S,
-                attributes={VllmAttr.REQUEST_ID: f"req-{k}", VllmAttr.TIME_IN_QUEUE: queued,
-                            VllmAttr.TIME_TO_FIRST_TOKEN: queued + 0.125,
-                            VllmAttr.PROMPT_TOKENS: 20, VllmAttr.COMPLETION_TOKENS: 5})
-            span.end(end_time=T0 + (13 + k) * S)
-        assert inst.flush()
-    finally:
-        inst.shutdown()
-    yield path
+RUN = ENGINE_RUN
 
 
 @pytest.fixture

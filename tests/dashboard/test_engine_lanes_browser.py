@@ -1,5 +1,4 @@
-"""The Fleet tab in a real browser over a run with engines (tests/dashboard/test_engine_lanes.py's
-run): the engine lanes are drawn below the shard lanes, and hovering one says what the engine's
+"""The Fleet tab in a real browser over a run with engines (conftest's ``engine_path``): the engine lanes are drawn below the shard lanes, and hovering one says what the engine's
 scrape said."""
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ from rolloutscope.dashboard.app import start_dashboard
 from rolloutscope.store import RunStore
 
 from .test_browser import launched_browser, new_page, open_tab
-from .test_engine_lanes import ADDRESSES, engine_path  # noqa: F401 - the run, as a fixture
+from .conftest import ADDRESSES
 from .test_views_browser import FIGURES_JS, TOOLTIP_JS, plots_drawn
 
 pytestmark = pytest.mark.slow
@@ -35,7 +34,7 @@ LANE_PLOTS_JS = """
 
 
 @pytest.fixture(scope="module")
-def served(engine_path) -> Iterator[str]:  # noqa: F811 - the imported fixture
+def served(engine_path) -> Iterator[str]:
     with RunStore(engine_path, read_only=True) as store:
         server = start_dashboard(store, live=False)
         try:
