@@ -94,6 +94,8 @@ class ViewSpec:
     # cap-th newest of those spans bounds the newest cap rows from below, so a capped read
     # computes the view from there on instead of over the whole run (see ``_cap_floor``)
     anchor: tuple[str, ...] = ()
+    # what "the latest" rows of a capped view are: its ORDER BY (names from this file only)
+    latest: str = "start_ns DESC, span_id"
 
 
 MAX_DETAIL_ROWS = 20_000  # Gym rollouts / model calls a dashboard holds (the latest)
@@ -118,6 +120,13 @@ VIEWS: dict[str, ViewSpec] = {v.name: v for v in (
              cap=MAX_DETAIL_ROWS,
              anchor=(SpanName.GYM_MODEL_RESPONSES, SpanName.GYM_MODEL_CHAT,
                      SpanName.GYM_MODEL_MESSAGES)),
+    # the engines' side (docs/engines.md): each request an engine served (one row per model
+    # call, so capped like model_calls and read off the tick), each engine's scraped state
+    # (one row per engine and scrape, capped to the latest) and the engine behind each shard
+    ViewSpec("engine_requests", ("span_id",), (), optional=True, cap=MAX_DETAIL_ROWS),
+    ViewSpec("engine_state", ("engine", "ts_ns"), (), optional=True, cap=MAX_DETAIL_ROWS,
+             latest="ts_ns DESC, engine"),
+    ViewSpec("shard_engines", ("span_id",), (), optional=True),
     ViewSpec("incidents", ("incident_id",), (), INCIDENT_COLUMNS, optional=True),
     ViewSpec("run_thresholds", ("run_id",), (),
              ("run_id", "start_ns", "end_ns", "rollout_timeout_s", "prepare_timeout_s",
@@ -399,7 +408,7 @@ class DataStore(RolloutRows, param.Parameterized):
             params += [since, since]
         sql = f"SELECT * FROM {source}" + (f" WHERE {' AND '.join(where)}" if where else "")
         if spec.cap is not None:
-            sql += f" ORDER BY start_ns DESC, span_id LIMIT {int(spec.cap)}"
+            sql += f" ORDER BY {spec.latest} LIMIT {int(spec.cap)}"
         return sql, params
 
     def _cap_floor(self, spec: ViewSpec) -> int | None:

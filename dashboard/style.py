@@ -42,6 +42,18 @@ SEVERITY_COLORS: dict[str, str] = {"critical": ERROR, "warning": WARN, "info": I
 
 ROLLOUT_RUNNING = "#a8bfd6"
 
+# generation engines (dashboard/engine_lanes.py): a request served, one mostly queued, and what
+# a scrape of the engine's /metrics said it was doing
+ENGINE_REQUEST = "#72b7b2"
+ENGINE_QUEUED = WARN
+ENGINE_STATE_COLORS: dict[str, str] = {
+    "idle": "#d5dbe1",
+    "serving": "#96c7b8",
+    "backlog": WARN,
+    "preempting": ERROR,
+    "unread": NEUTRAL,
+}
+
 
 def outcome_color(outcome: object) -> str:
     return OUTCOME_COLORS.get(str(outcome), NEUTRAL)

@@ -154,7 +154,8 @@ class View(pn.viewable.Viewer):
     def _frames(self, *, rollout_ids=(), evidence=frozenset(), keep=None) -> tl.TimelineFrames:
         d = self.data
         names = ("checkpoint_windows", "checkpoint_ops", "shard_states", "rollout_attempts",
-                 "parked_intervals", "deadlines", "completions", "incidents")
+                 "parked_intervals", "deadlines", "completions", "incidents",
+                 "engine_state", "engine_requests", "shard_engines")
         return d.derived(("lane_frames", tuple(rollout_ids), evidence,
                           None if keep is None else tuple(keep)), names,
                          lambda: self._select_frames(names, rollout_ids, evidence, keep))
@@ -170,7 +171,8 @@ class View(pn.viewable.Viewer):
         # brings new tries redraws the lanes without remaking every shard's and operation's
         texts = {name: self.data.derived(("bar_texts", name), (name,),
                                          lambda name=name: tl.bar_texts(name, f[name]))
-                 for name in ("checkpoint_windows", "checkpoint_ops", "shard_states")
+                 for name in ("checkpoint_windows", "checkpoint_ops", "shard_states",
+                              "engine_requests")
                  if name in kept and len(f[name])}
         return tl.TimelineFrames(**sub, rollout_ids=tuple(rollout_ids), evidence=evidence,
                                  bar_texts=texts)

@@ -167,11 +167,16 @@ def committed_label(data: DataStore) -> str:
     return "finished so far" if data.dialects() == {"gym"} else "committed so far"
 
 
+# the Fleet tab's lanes: the shards and, beside them, the engines that serve them
+FLEET_LANES = ("checkpoint_windows", "shard_states", "engine_state", "engine_requests",
+               "shard_engines")
+
+
 class Fleet(TimeView):
     """Shard lanes, transitions with triggers, probe vs reported failures, router vs fleet."""
 
     FRAMES = ("shard_states", "serving_samples", "run_thresholds", "model_calls",
-              "span_catalog")
+              "span_catalog", "engine_state", "engine_requests")
 
     def __init__(self, data: DataStore, **params) -> None:
         super().__init__(data, **params)
@@ -216,7 +221,8 @@ class Fleet(TimeView):
                     else [self._no_backends])
         if self._backend_part.objects != backends:
             self._backend_part[:] = backends
-        has = bool(len(self.data.frames["shard_states"]))
+        has = any(len(self.data.frames[name]) for name in
+                  ("shard_states", "engine_state", "engine_requests"))
         self._plots.visible = has
         if has:
             self._empty[:] = []
@@ -240,7 +246,7 @@ class Fleet(TimeView):
 
     def lane_figure(self):
         d = self.data
-        frames = self._frames(keep=("checkpoint_windows", "shard_states"))
+        frames = self._frames(keep=FLEET_LANES)
         return tf.lane_layers(frames, t0_ns=d.origin_ns(), now_ns=d.last_seen_ns(),
                             xlim=self.xlim(d.whole_run()), markers=False)
 
@@ -258,7 +264,7 @@ class Fleet(TimeView):
 
     @param.depends("revision")
     def _lane_key(self) -> pn.pane.HTML:
-        frames = self._frames(keep=("checkpoint_windows", "shard_states"))
+        frames = self._frames(keep=FLEET_LANES)
         return key_pane(tl.key_html(tl.lane_key(frames, markers=False)))
 
     def _router_text(self) -> str:

@@ -20,6 +20,7 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
+from rolloutscope.dashboard import engine_lanes as el
 from rolloutscope.dashboard import style
 from rolloutscope.dashboard.selection import is_in, rows_where
 from rolloutscope.vocabulary import SpanName
@@ -59,6 +60,17 @@ class TimelineFrames:
     # ``bar_texts`` of some frames, made earlier for these very frames (a view keeps them per
     # frame version); any frame not here has its text made when drawn
     bar_texts: Mapping[str, dict] = field(default_factory=dict)
+    # the engines' side (``engine_lanes``): each engine's scrapes, the requests it served, and
+    # the engine behind each shard; empty for a run without engine data, which draws no lane
+    engine_state: pd.DataFrame = field(default_factory=lambda: _empty_frame(
+        ["engine", "address", "ts_ns", "running", "waiting", "kv_cache_usage",
+         "preemptions_delta"]))
+    engine_requests: pd.DataFrame = field(default_factory=lambda: _empty_frame(
+        ["span_id", "engine_service", "engine_instance", "request_id", "start_ns", "end_ns",
+         "duration_s", "queue_s", "ttft_s", "prompt_tokens", "completion_tokens",
+         "finish_reason"]))
+    shard_engines: pd.DataFrame = field(default_factory=lambda: _empty_frame(
+        ["shard_idx", "address"]))
 
     # the plot and the key above it both ask for the lanes and the instants: made once
     @cached_property
@@ -236,7 +248,8 @@ def _try_lanes(frames: TimelineFrames) -> list[str]:
 
 def lanes_for(frames: TimelineFrames) -> Lanes:
     """Context lanes (``frames.spans``) first, then checkpoint windows, participants in protocol
-    order, shards, and one lane per rollout try in ``rollout_ids`` order."""
+    order, shards, the engines (``engine_lanes.engine_lanes``) and one lane per rollout try in
+    ``rollout_ids`` order."""
     labels: list[str] = list(dict.fromkeys(_text(frames.spans.lane))) if len(frames.spans) \
         else []
     if len(frames.checkpoint_windows) or len(frames.checkpoint_ops) or not (
@@ -253,6 +266,7 @@ def lanes_for(frames: TimelineFrames) -> Lanes:
                                                          parts.instance)))
     if len(frames.shard_states):
         labels += [shard_label(i) for i in sorted(frames.shard_states.shard_idx.dropna().unique())]
+    labels += el.engine_lanes(frames.engine_state, frames.engine_requests, frames.shard_engines)
     labels += _try_lanes(frames)
     return Lanes(tuple(dict.fromkeys(labels)))
 
@@ -305,6 +319,14 @@ def interval_rects(frames: TimelineFrames, lanes: Lanes, t0_ns: int,
             # parked bars sit inside the try's bar, which stays visible
             half = HALF / 2 if name == "parked_intervals" else HALF
             parts.append(_block(df, lanes, t0_ns, now_ns, half=half, **texts))
+    if len(frames.engine_state):
+        stays = el.state_stays(frames.engine_state)
+        parts.append(_block(stays, lanes, t0_ns, now_ns,
+                            **el.state_bar_texts(stays, frames.shard_engines)))
+    if len(frames.engine_requests):
+        df = frames.engine_requests
+        texts = frames.bar_texts.get("engine_requests") or bar_texts("engine_requests", df)
+        parts.append(_block(df, lanes, t0_ns, now_ns, **texts))
     parts = [p for p in parts if p is not None]
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype="float64" if c[0] in "xy" else "object")
@@ -313,7 +335,8 @@ def interval_rects(frames: TimelineFrames, lanes: Lanes, t0_ns: int,
 
 
 def bar_texts(name: str, df: pd.DataFrame) -> dict[str, object]:
-    """The text of the bars of frame ``name`` (one of ``BAR_FRAMES``), row by row: ``lane``,
+    """The text of the bars of frame ``name`` (one of ``BAR_FRAMES``, or ``engine_requests``:
+    ``engine_lanes.request_bar_texts``), row by row: ``lane``,
     ``color``, ``what``, ``detail``, ``span`` and ``span_id`` (a Series aligned with ``df``, or
     one value for all). It depends on the frame alone (not on the lanes, the time axis or now),
     so a view remembers it per frame version (``TimelineFrames.bar_texts``): a live tick's
@@ -372,6 +395,8 @@ def bar_texts(name: str, df: pd.DataFrame) -> dict[str, object]:
                     detail=detail,
                     span=pd.Series(SpanName.RL_ATTEMPT, index=df.index).where(
                         ~gym, SpanName.GYM_ROLLOUT), span_id=ids(df))
+    if name == "engine_requests":
+        return el.request_bar_texts(df)
     if name == "parked_intervals":
         return dict(lane=_rollout_labels(df.rollout_id, df.attempt), color=style.PARKED,
                     what="try " + _ints(df.attempt) + " parked",
@@ -567,6 +592,7 @@ def lane_key(frames: TimelineFrames, *, t0_ns: int = 0, markers: bool = True,
     if len(frames.shard_states):
         for state in dict.fromkeys(_text(frames.shard_states.state)):
             out.append((f"shard {state}", "■", style.shard_color(state)))
+    out += el.key_entries(frames.engine_state, frames.engine_requests)
     if len(frames.evidence):
         out.append(("evidence (outlined)", "□", style.EVIDENCE))
     if markers:

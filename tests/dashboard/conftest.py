@@ -16,13 +16,15 @@ from collections.abc import Iterator
 
 import pandas as pd
 import pytest
+from opentelemetry.trace import SpanKind
 
 from rolloutscope.collectors.exporter import instrument
 from rolloutscope.dashboard import time_figures as tf
 from rolloutscope.dashboard import timeline_plot as tl
 from rolloutscope.store import RunStore
 from tests.store_kinds import STORE_KINDS, store_target
-from rolloutscope.vocabulary import Attr, EventName, SpanName
+from rolloutscope.vocabulary import Attr, EventName, SpanName, VllmAttr
+from tests.engine_metrics import ENGINES, write_engine_run
 from tests.store.conftest import S, T0, SpanKit
 
 RUN = "run-p1"
@@ -186,3 +188,31 @@ def serving_lines(plot) -> dict[str, pd.DataFrame]:
         out[what] = pd.DataFrame({"t": [*levels[t], end], "serving": [*levels.y0, final]},
                                  dtype="float64")
     return out
+
+
+# -- a run with engines: three shards, the engine behind each, one traced engine --------------
+ENGINE_RUN = "engines"
+ADDRESSES = [f"{host}:8000" for host, _ in ENGINES.values()]  # serving shards 0, 1, 2
+QUEUES = (0.25, 1.5, 0.5)  # the requests' seconds queued; each lasts 2 s
+
+
+@pytest.fixture(scope="session")
+def engine_path(tmp_path_factory) -> Iterator:
+    """Three shards, the engine behind each scraped ``READS`` times (tests/engine_metrics.py),
+    and three requests one engine traced (service ``tests``)."""
+    path = tmp_path_factory.mktemp("engines") / "run.duckdb"
+    inst = instrument(path, service_name="tests", run_id=ENGINE_RUN)
+    try:
+        kit = SpanKit(inst)
+        write_engine_run(kit, ENGINE_RUN, t0_ns=T0)
+        for k, queued in enumerate(QUEUES):
+            span = kit.tracer.start_span(
+                SpanName.VLLM_REQUEST, kind=SpanKind.SERVER, start_time=T0 + (11 + k) * S,
+                attributes={VllmAttr.REQUEST_ID: f"req-{k}", VllmAttr.TIME_IN_QUEUE: queued,
+                            VllmAttr.TIME_TO_FIRST_TOKEN: queued + 0.125,
+                            VllmAttr.PROMPT_TOKENS: 20, VllmAttr.COMPLETION_TOKENS: 5})
+            span.end(end_time=T0 + (13 + k) * S)
+        assert inst.flush()
+    finally:
+        inst.shutdown()
+    yield path
