@@ -107,7 +107,8 @@ def main() -> None:
     rows = []
     with RunStore(maintained, read_only=True) as store, store.cursor() as cur:
         last = cur.execute("SELECT max(last_seen_ns) FROM runs").fetchall()[0][0]
-        run_id = store.default_run_id or store.run_ids()[0]
+        run_id = cur.execute("SELECT run_id FROM runs ORDER BY last_seen_ns DESC "
+                             "LIMIT 1").fetchall()[0][0]
 
     def read(path: Path, fn) -> None:
         with RunStore(path, read_only=True) as store:

@@ -49,6 +49,7 @@ from rolloutscope.store.errors import StoreError
 from rolloutscope.store.store import TEXT, as_text
 from rolloutscope.vocabulary import SpanName
 
+from rolloutscope.dashboard import run_picture
 from rolloutscope.dashboard.rollout_rows import RolloutRows
 from rolloutscope.dashboard.shared import (
     DEFAULT_READ_TIMEOUT_S,
@@ -99,6 +100,9 @@ class ViewSpec:
 
 
 MAX_DETAIL_ROWS = 20_000  # Gym rollouts / model calls a dashboard holds (the latest)
+# a store that keeps no per-second sums (a lake, an older file) has its whole-run picture summed
+# from the views' rows up to this many tries
+PICTURE_FROM_ROWS_UP_TO = 200_000
 
 INCIDENT_COLUMNS = ("run_id", "incident_id", "kind", "severity", "start_ns", "end_ns",
                     "subject", "summary", "evidence", "caused_by")
@@ -795,6 +799,27 @@ class DataStore(RolloutRows, param.Parameterized):
                 self._derived.clear()
             value = self._derived[key] = compute()
         return value
+
+    def run_buckets(self) -> tuple[pd.DataFrame, int] | None:
+        """The whole run by time bucket and the bucket's width in seconds
+        (``run_picture.read``: the store's kept per-second sums, a few rows per second of the
+        run), shared by a server's sessions for the data version. None where the store keeps
+        no sums and the run is too large to sum its rows on a page load."""
+        if self.run_id is None:
+            return None
+        maintained = bool(getattr(self.store, "maintained", False))
+        if not maintained and len(self.frames["rollout_attempts"]) > PICTURE_FROM_ROWS_UP_TO:
+            return None
+        length_s = max(self.last_seen_ns() - self.origin_ns(), 0) / 1e9
+        width = run_picture.bucket_s(length_s)
+
+        def compute():
+            return run_picture.read(self.store, self.run_id, length_s)
+
+        if self.shared is not None and self.share_reads:
+            return self.shared.cache.get(("buckets", id(self.store), self.run_id, width,
+                                          self.shared.data_version(self.store)), compute)
+        return compute()
 
     def rollout_gauges(self) -> tuple[pd.DataFrame, bool]:
         """``rollout_gauges_frame`` of the run's tries, up to now (the Timeline and the

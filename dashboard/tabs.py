@@ -33,7 +33,7 @@ import param
 from bokeh.models import Range1d
 from bokeh.plotting import figure
 
-from rolloutscope.dashboard import plots, style, tables
+from rolloutscope.dashboard import plots, run_picture, style, tables
 from rolloutscope.dashboard import time_figures as tf
 from rolloutscope.dashboard import timeline_plot as tl
 from rolloutscope.dashboard.datastore import MAX_DETAIL_ROWS, DataStore
@@ -337,6 +337,9 @@ class Overview(View):
         self._services = text_table(self._service_rows(), page_size=10)
         self._changed("incidents", "incidents", "run_thresholds")
         self._changed("holdings", "span_catalog", "services")
+        self._picture = pn.pane.HoloViews(sizing_mode="stretch_width")
+        self._picture_note = pn.pane.HTML(stylesheets=[CSS], sizing_mode="stretch_width")
+        self._draw_picture()
         self._table.param.watch(self._on_select, "selection")
         self.param.watch(self._on_version, "revision")
 
@@ -358,7 +361,31 @@ class Overview(View):
             "incident_id": inc.incident_id.astype(str).to_numpy(),
         })
 
+    def _draw_picture(self) -> None:
+        """The whole run from the store's kept per-second sums (``run_picture``)."""
+        self._changed("picture", "rollout_attempts", "parked_intervals", "shard_states",
+                      "deadlines")
+        got = self.data.run_buckets()
+        if got is None:
+            self._picture.visible = False
+            self._picture_note.object = (
+                "<span class='rs-note'>No whole-run picture: this store keeps no per-second "
+                "sums (a lake, or a file written by an older version: opening it once for "
+                "writing derives them), and the run is too large to sum its rows here.</span>"
+                if self.data.run_id is not None else "")
+            return
+        buckets, width = got
+        self._picture.object = run_picture.figure(buckets, width, self._t0())
+        self._picture.visible = True
+        self._picture_note.object = (
+            f"<span class='rs-note'><b>The whole run</b>, in {len(buckets):,} buckets of "
+            f"{width:g} s, from the store's per-second sums (its cost follows the run's "
+            f"length, not its rows)</span>")
+
     def _on_version(self, event) -> None:
+        if self._changed("picture", "rollout_attempts", "parked_intervals", "shard_states",
+                         "deadlines"):
+            self._draw_picture()
         if self._changed("incidents", "incidents", "run_thresholds"):
             self._table.value = self._incident_rows()
         if self._changed("holdings", "span_catalog", "services"):
@@ -441,7 +468,7 @@ class Overview(View):
             title="What this run holds",
             collapsed=self.data.state() == "ok" and "rl" in self.data.dialects(),
             sizing_mode="stretch_width")
-        return pn.Column(self.header, self.indicators,
+        return pn.Column(self.header, self.indicators, self._picture_note, self._picture,
                          pn.pane.HTML("<b>Incidents</b> <span class='rs-note'>newest first; "
                                       "select one to follow it on the timeline</span>",
                                       stylesheets=[CSS]),

@@ -159,6 +159,10 @@ def _model_view_counts(store, run_id: str, spans: int) -> str:
     for view in MODEL_VIEWS:  # names from the tuple above, not from input
         if store.maintained and view not in MAINTAINED and spans > COUNT_EVERY_VIEW_UP_TO:
             computed.append(view)
+            if view == "rollout_attempts":  # its RL tries are kept: counted, as rl_attempts
+                n = store.query(f"SELECT count(*) FROM {store.relation('rl_attempts')} "
+                                f"WHERE run_id = {_lit(run_id)}")[0][0]
+                parts.append(f"rl_attempts {n:,}")
             continue
         n = store.query(f"SELECT count(*) FROM {store.relation(view)} "
                         f"WHERE run_id = {_lit(run_id)}")[0][0]
