@@ -34,55 +34,70 @@ GAUGES = {"in_flight": ("tries_started", "tries_ended"),
 
 
 def seconds_sql(maintained: bool) -> str:
-    """(sec_ns, measure, value) of run ``$run`` from second ``$lo`` (inclusive) to ``$hi``
-    (exclusive): the kept sums plus the rest, or (not ``maintained``) the views' measures."""
+    """(bucket_ns, measure, value) of run ``$run`` from second ``$lo`` (inclusive) to ``$hi``
+    (exclusive), summed in buckets of ``$w`` ns (a whole number of seconds): the kept sums plus
+    the rest, or (not ``maintained``) the views' measures."""
     where = "run_id = $run AND sec_ns >= $lo AND sec_ns < $hi"
-    if not maintained:
-        return (f"SELECT sec_ns, measure, value FROM ({derived.measures_sql(None, where)}) "
-                "ORDER BY sec_ns, measure")
-    return f"""SELECT sec_ns, measure, sum(value) AS value FROM (
-        SELECT sec_ns, measure, value FROM main.d_run_seconds
-        WHERE coalesce(nullif(run_id, ''), NULL) = $run AND sec_ns >= $lo AND sec_ns < $hi
-        UNION ALL
-        SELECT sec_ns, measure, value FROM ({derived.measures_sql("rs_tail", where)})
-    ) GROUP BY ALL ORDER BY sec_ns, measure"""
+    if maintained:
+        source = f"""SELECT sec_ns, measure, value FROM main.d_run_seconds
+            WHERE {where}
+            UNION ALL
+            SELECT sec_ns, measure, value FROM ({derived.measures_sql("rs_tail", where)})"""
+    else:
+        source = f"SELECT sec_ns, measure, value FROM ({derived.measures_sql(None, where)})"
+    return (f"SELECT sec_ns // $w * $w AS bucket_ns, measure, sum(value) AS value "
+            f"FROM ({source}) GROUP BY ALL ORDER BY bucket_ns, measure")
+
+
+def _read(store: RunStore, run_id: str, width_ns: int, lo_ns: int | None,
+          hi_ns: int | None) -> pd.DataFrame:
+    """One row per bucket with anything in it (``bucket_ns``, then a column per measure)."""
+    params = {"run": run_id, "lo": -(2**62) if lo_ns is None else int(lo_ns),
+              "hi": 2**62 if hi_ns is None else int(hi_ns), "w": int(width_ns)}
+    long = store.query_df(seconds_sql(store.maintained), params)
+    if not len(long):
+        return pd.DataFrame(columns=["bucket_ns", *MEASURE_NAMES])
+    wide = long.pivot(index="bucket_ns", columns="measure", values="value")
+    wide = wide.reindex(columns=list(MEASURE_NAMES)).fillna(0.0)
+    wide.columns.name = None
+    return wide.reset_index()
 
 
 def seconds(store: RunStore, run_id: str, lo_ns: int | None = None,
             hi_ns: int | None = None) -> pd.DataFrame:
     """One row per second of ``run_id`` with anything in it (``sec_ns``, then a column per
     measure), between ``lo_ns`` and ``hi_ns`` (None: the whole run)."""
-    params = {"run": run_id, "lo": -(2**62) if lo_ns is None else int(lo_ns),
-              "hi": 2**62 if hi_ns is None else int(hi_ns)}
-    long = pd.DataFrame(store.query_records(seconds_sql(store.maintained), params),
-                        columns=["sec_ns", "measure", "value"])
-    wide = long.pivot_table(index="sec_ns", columns="measure", values="value",
-                            aggfunc="sum", fill_value=0.0)
-    wide = wide.reindex(columns=list(MEASURE_NAMES), fill_value=0.0)
-    wide.columns.name = None
-    return wide.reset_index()
+    return _read(store, run_id, derived.SECOND_NS, lo_ns, hi_ns).rename(
+        columns={"bucket_ns": "sec_ns"})
 
 
 def buckets(store: RunStore, run_id: str, width_s: float) -> pd.DataFrame:
-    """The whole run in buckets of ``width_s`` seconds: each measure's sum (``bucket_ns`` is a
-    bucket's start) and the gauges at its end."""
+    """The whole run in buckets of ``width_s`` seconds (summed in the store: a few hundred rows
+    cross to Python): each measure's sum (``bucket_ns`` is a bucket's start) and the gauges at
+    its end."""
     width = max(int(width_s * 1e9) // derived.SECOND_NS, 1) * derived.SECOND_NS
-    sec = seconds(store, run_id)
-    if not len(sec):
-        return pd.DataFrame(columns=["bucket_ns", *MEASURE_NAMES, *GAUGES])
-    sec["bucket_ns"] = sec.sec_ns // width * width
-    out = sec.drop(columns="sec_ns").groupby("bucket_ns", as_index=False).sum()
+    out = _read(store, run_id, width, None, None)
     for gauge, (up, down) in GAUGES.items():
-        out[gauge] = (out[up] - out[down]).cumsum()
+        out[gauge] = (out[up] - out[down]).cumsum() if len(out) else []
     return out
 
 
 def step_counts(store: RunStore, run_id: str, ends_ns: np.ndarray) -> pd.DataFrame:
     """Each measure summed per step, given the steps' ends in order: row ``i`` holds the
-    seconds up to ``ends_ns[i]``, the last row those after the last end."""
-    sec = seconds(store, run_id)
-    last_instant = sec.sec_ns.to_numpy(dtype="float64") + (derived.SECOND_NS - 1)
-    row = np.searchsorted(np.asarray(ends_ns, dtype="float64"), last_instant, side="left")
+    seconds whose last instant is at or before ``ends_ns[i]`` (and after the end before), the
+    last row those after the last end. Attributed in the store (an ASOF join of the run's
+    seconds to the ends): one row per step crosses to Python."""
     n = len(ends_ns) + 1
-    return pd.DataFrame({m: np.bincount(row, weights=sec[m].to_numpy(dtype="float64"),
-                                        minlength=n)[:n] for m in MEASURE_NAMES})
+    out = pd.DataFrame({m: np.zeros(n) for m in MEASURE_NAMES})
+    source = seconds_sql(store.maintained)  # per second: $w is one second
+    sql = f"""WITH s AS ({source}),
+        e AS (SELECT unnest($ends) AS end_ns, generate_subscripts($ends, 1) - 1 AS i)
+        SELECT coalesce(e.i, {n - 1}) AS i, s.measure, sum(s.value) AS value
+        FROM s ASOF LEFT JOIN e ON s.bucket_ns + {derived.SECOND_NS - 1} <= e.end_ns
+        GROUP BY ALL"""
+    params = {"run": run_id, "lo": -(2**62), "hi": 2**62, "w": derived.SECOND_NS,
+              "ends": [int(x) for x in ends_ns]}
+    got = store.query_df(sql, params)
+    for r in got.itertuples(index=False):
+        out.at[int(r.i), r.measure] += float(r.value)
+    return out
