@@ -44,8 +44,14 @@ GYM_CALLS = 3  # model calls per released Gym rollout
 
 
 def generate(path: str | Path, *, spans: int = 10_000_000, snapshot_every_s: int = 300,
-             shards: int = 64, released_gym_every: int = 8, hang_s: int = 1000
-             ) -> dict[str, int]:
+             shards: int = 64, released_gym_every: int = 8, hang_s: int = 1000,
+             commits: int = 1, on_commit=None) -> dict[str, int]:
+    """Write the run. ``commits`` > 1: the prompts are written in that many commits in start
+    order (snapshots, shards and probes first), and the store's maintained rows are derived
+    after each, as a collector's writer derives them in passes (``on_commit(i, spans_added,
+    derive_s)`` hears of each); else in one, derived when the store closes."""
+    from rolloutscope.store import derived
+
     per_prompt = (RL_SPANS_PER_PROMPT * (released_gym_every - 1) + GYM_SPANS_PER_PROMPT) \
         / released_gym_every
     prompts = max(1, int(spans / per_prompt))
@@ -55,26 +61,39 @@ def generate(path: str | Path, *, spans: int = 10_000_000, snapshot_every_s: int
               "checkpoint": {"prepare_timeout_s": 300.0},
               "watchdog": {"stall_timeout_s": 600.0, "interval_s": 30.0},
               "training": {"max_num_steps": 1_000_000}}
+    commits = max(1, int(commits))
     with RunStore(path) as store:
         store.register_run(RUN, source="replay", scenario="synthetic", config=config)
         with store.cursor() as con:
             con.execute("SET preserve_insertion_order = false")
             con.execute(_PROMPTS, [prompts, active_s, released_gym_every, hang_s])
-            con.execute(_CALLS_TABLE)
-            for sql in (*_RL_INSERTS, *_WRAPPED_INSERTS, *_RELEASED_GYM_INSERTS):
-                con.execute(sql, [RUN])
-            con.execute(_EVENTS, [RUN])
+            con.execute("ALTER TABLE synthetic_prompts RENAME TO synthetic_all_prompts")
             con.execute(_CHECKPOINTS, [RUN, duration_s // snapshot_every_s, snapshot_every_s])
-            con.execute(_PARKED, [RUN])
             con.execute(_SHARDS, [RUN, shards, duration_s])
             con.execute(_PROBES, [RUN, duration_s // 30])
+            step = -(-prompts // commits)
+            for i, lo in enumerate(range(0, prompts, step)):
+                before = con.execute("SELECT count(*) FROM spans").fetchall()[0][0]
+                con.execute("CREATE OR REPLACE TEMP TABLE synthetic_prompts AS SELECT * FROM "
+                            "synthetic_all_prompts WHERE idx >= ? AND idx < ?", [lo, lo + step])
+                con.execute(_CALLS_TABLE)
+                for sql in (*_RL_INSERTS, *_WRAPPED_INSERTS, *_RELEASED_GYM_INSERTS):
+                    con.execute(sql, [RUN])
+                con.execute(_EVENTS, [RUN])
+                con.execute(_PARKED, [RUN])
+                if commits > 1:
+                    added = con.execute("SELECT count(*) FROM spans").fetchall()[0][0] - before
+                    t0 = time.perf_counter()
+                    derived.derive(con)
+                    if on_commit is not None:
+                        on_commit(i, added, time.perf_counter() - t0)
             con.execute("UPDATE runs SET first_seen_ns = ?, last_seen_ns = ? WHERE run_id = ?",
                         [T0, T0 + (duration_s + 400) * S, RUN])
             counts = dict(con.execute(
                 "SELECT 'spans', count(*) FROM spans UNION ALL "
                 "SELECT 'span_events', count(*) FROM span_events").fetchall())
-            con.execute("DROP TABLE synthetic_prompts")
-            con.execute("DROP TABLE synthetic_calls")
+            for table in ("synthetic_prompts", "synthetic_all_prompts", "synthetic_calls"):
+                con.execute(f"DROP TABLE {table}")
     return counts
 
 
@@ -106,7 +125,7 @@ WITH calls AS (
 ),
 stretch AS (SELECT min(start_ns) + (max(start_ns) - min(start_ns)) // 4 AS from_ns,
                    min(start_ns) + (max(start_ns) - min(start_ns)) * 3 // 10 AS to_ns
-            FROM synthetic_prompts)
+            FROM synthetic_all_prompts)
 SELECT c.*, t.j,
        CASE WHEN c.storm THEN 5 WHEN wedged THEN 2 ELSE 1 END AS tries,
        CASE WHEN wedged AND t.j = 1 THEN 0 ELSE c.backend END AS try_backend,
@@ -396,10 +415,24 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
     ap.add_argument("--spans", type=int, default=10_000_000)
+    ap.add_argument("--commits", type=int, default=1,
+                    help="write the prompts in this many commits, deriving after each (as a "
+                         "collector's writer does), and print each pass's cost")
     args = ap.parse_args()
     t = time.perf_counter()
-    counts = generate(args.out, spans=args.spans)
+    passes: list[tuple[int, float]] = []
+
+    def heard(i: int, added: int, derive_s: float) -> None:
+        passes.append((added, derive_s))
+        print(f"commit {i + 1}/{args.commits}: {added:,} spans, derived in {derive_s:.2f} s "
+              f"({derive_s / max(added, 1) * 1e6:.2f} us a span)", flush=True)
+
+    counts = generate(args.out, spans=args.spans, commits=args.commits, on_commit=heard)
     print(json.dumps(counts), f"in {time.perf_counter() - t:.1f} s")
+    if passes:
+        added, spent = sum(a for a, _ in passes), sum(s for _, s in passes)
+        print(f"derivation: {spent:.1f} s over {added:,} spans in {len(passes)} passes = "
+              f"{spent / max(added, 1) * 1e6:.2f} us a span")
 
 
 if __name__ == "__main__":

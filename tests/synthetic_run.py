@@ -9,10 +9,11 @@ from pathlib import Path
 GENERATOR = Path(__file__).parents[1] / "benchmarks" / "synthetic.py"
 
 
-def synthetic_run(path: Path, *, spans: int) -> Path:
-    """``path`` holding a synthetic run of about ``spans`` spans; ``path``."""
+def synthetic_run(path: Path, *, spans: int, commits: int = 1) -> Path:
+    """``path`` holding a synthetic run of about ``spans`` spans (written in ``commits``
+    commits, the maintained rows derived after each); ``path``."""
     spec = importlib.util.spec_from_file_location("synthetic", GENERATOR)
     synthetic = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(synthetic)
-    synthetic.generate(path, spans=spans)
+    synthetic.generate(path, spans=spans, commits=commits)
     return path

@@ -120,6 +120,17 @@ def test_a_synthetic_run_reads_as_the_views(tmp_path):
     assert counts["rl_attempts"] > 1000 and counts["run_seconds"] > 100, counts
 
 
+def test_a_synthetic_run_written_in_commits_reads_as_the_views(tmp_path):
+    """Written as a collector writes a large run: in commits in start order, each followed by
+    a pass, so rows whose spans and events land in different commits are derived apart."""
+    path = synthetic_run(tmp_path / "synthetic.duckdb", spans=60_000, commits=7)
+    with RunStore(path, read_only=True) as store:
+        assert store.query("SELECT passes FROM derive_state")[0][0] >= 7
+    diff, counts = differences(path)
+    assert not diff, diff
+    assert counts["rl_attempts"] > 1000 and counts["run_seconds"] > 100, counts
+
+
 def test_engines_scraped_behind_a_fleet_read_as_the_views(tmp_path):
     """The engine views read the scraped metrics and the maintained shard stays alike."""
     path = tmp_path / "engines.duckdb"
