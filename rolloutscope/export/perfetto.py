@@ -120,14 +120,16 @@ def trace_events(store: RunStore, run_id: str, window: Window = Window()) -> Ite
     """The trace events of one run (within ``window``), metadata last; see the module doc."""
     require_run(store, run_id)
     origin = origin_ns(store, run_id)
-    last = store.query("SELECT max(coalesce(end_ns, start_ns)) FROM all_spans WHERE run_id = ?",
+    # the run's last instant and each view's rows from the maintained rows where the store
+    # keeps them (store.relation): a window's read prunes them to the window
+    last = store.query(f"SELECT max(last_ns) FROM {store.relation('services')} WHERE run_id = ?",
                        [run_id])[0][0] or origin
     lo, hi = window.bounds_ns(origin, last)
     tracks = _Tracks()
 
     def view(name: str, start: str = "start_ns", end: str = "end_ns") -> pd.DataFrame:
         return store.query_df(  # names from this module, not from input
-            f"SELECT * FROM {name} WHERE run_id = ? AND {start} <= ? "
+            f"SELECT * FROM {store.relation(name)} WHERE run_id = ? AND {start} <= ? "
             f"AND coalesce({end}, ?) >= ? ORDER BY {start}", [run_id, hi, last, lo])
 
     def ts(ns: Any) -> float:
