@@ -233,6 +233,8 @@ def install(con: duckdb.DuckDBPyConnection) -> bool:
     for name in MAINTAINED:
         con.execute(f"DROP TABLE IF EXISTS main.d_{name}")
         con.execute(f"CREATE TABLE main.d_{name} AS SELECT * FROM rs_new.{name} WHERE false")
+    for table in ("d_incidents", "incidents_state"):  # kept by other views: no longer true
+        con.execute(f"DROP TABLE IF EXISTS main.{table}")
     for table in ("d_span_buckets", "d_resources", "d_run_seconds"):
         con.execute(f"DROP TABLE IF EXISTS main.{table}")
     for stmt in (*_SUMMARY_DDL, _SECONDS_DDL):
@@ -300,3 +302,60 @@ def derive(con: duckdb.DuckDBPyConnection) -> int:
         con.execute("ROLLBACK")
         raise
     return spans_total - spans_done
+
+
+# -- incidents, kept --------------------------------------------------------------------------
+# The incident views run every detector over the model rows (``rs_read.incidents``). Their
+# result is kept in ``d_incidents`` with what it was computed over (the spans and events
+# committed, a checksum of the open markers): a reader whose store has not changed since reads
+# the kept rows instead of running the detectors (``RunStore.relation("incidents")``), which is
+# every read of a finished run. A store of KEEP_INCIDENTS_FROM_SPANS spans or more keeps them
+# when it closes. This is a kept result, not incremental detection: a store that changed since
+# (a live run) is read by computing the incidents, as before.
+# a store closes keeping its incidents from this many spans on: below it the detectors take a
+# fraction of a second on every read anyway
+KEEP_INCIDENTS_FROM_SPANS = 200_000
+_KEPT_DDL = (
+    """CREATE TABLE IF NOT EXISTS incidents_state (
+        spans BIGINT, events BIGINT, open_sum HUGEINT, computed_ns BIGINT, cost_s DOUBLE)""",
+)
+_OPEN_SUM = "SELECT coalesce(sum(hash(span_id, trace_id, run_id)), 0) FROM main.open_spans"
+
+
+def _fingerprint(con: duckdb.DuckDBPyConnection) -> tuple[int, int, int]:
+    return (_row_count(con, "spans"), _row_count(con, "span_events"),
+            int(con.execute(_OPEN_SUM).fetchall()[0][0]))
+
+
+def keep_incidents(con: duckdb.DuckDBPyConnection) -> float:
+    """Compute the incidents over the maintained rows and keep them with what they were
+    computed over, in one transaction. Returns the seconds it took."""
+    t0 = time.perf_counter()
+    con.execute("BEGIN")
+    try:
+        for stmt in _KEPT_DDL:
+            con.execute(stmt)
+        spans, events, open_sum = _fingerprint(con)
+        con.execute("DROP TABLE IF EXISTS main.d_incidents")
+        con.execute("CREATE TABLE main.d_incidents AS SELECT * FROM rs_read.incidents")
+        cost = time.perf_counter() - t0
+        con.execute("DELETE FROM incidents_state")
+        con.execute("INSERT INTO incidents_state VALUES (?, ?, ?, ?, ?)",
+                    [spans, events, open_sum, time.time_ns(), cost])
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return time.perf_counter() - t0
+
+
+def incidents_kept_current(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether ``d_incidents`` was computed over exactly what the store holds now (no span,
+    event or open marker committed or ended since)."""
+    try:
+        row = con.execute("SELECT spans, events, open_sum FROM incidents_state").fetchall()
+    except duckdb.Error:
+        return False
+    if not row or not available(con):
+        return False
+    return tuple(int(v) for v in row[0]) == _fingerprint(con)

@@ -83,7 +83,16 @@ class RunCatalog:
         """What a reader selects from for view ``name``: its maintained form
         (``rs_read.<name>``: the stored rows and those of spans not derived yet, equal to the
         view) where the store keeps one, else the view itself."""
-        return f"rs_read.{name}" if name in _views.names() and self.maintained else name
+        if name not in _views.names() or not self.maintained:
+            return name
+        if name == "incidents" and self._incidents_kept():
+            return "main.d_incidents"  # computed over exactly what the store holds now
+        return f"rs_read.{name}"
+
+    def _incidents_kept(self) -> bool:
+        """Whether the store's kept incidents (``derived.keep_incidents``) are current; a
+        remote store's answer is False (its collector's store changes as it is read)."""
+        return False
 
     def run_ids(self) -> list[str]:
         return [r[0] for r in self.query(
@@ -119,6 +128,7 @@ class RunStore(RunCatalog):
                  threads: int | None = None, data_path: str | Path | None = None):
         self.read_only = read_only
         self._maintained: bool | None = None
+        self._kept_incidents: bool | None = None
         config = {"threads": threads} if threads else {}
         lake = _lake.is_lake(path)
         self._threads = _Threads(fixed=lake)
@@ -404,6 +414,16 @@ class RunStore(RunCatalog):
                              "opening it once for writing derives them", self.path)
         return self._maintained
 
+    def _incidents_kept(self) -> bool:
+        # a read-only file cannot change while it is open: asked once
+        if self.read_only and self._kept_incidents is not None:
+            return self._kept_incidents
+        with self.cursor() as cur:
+            kept = _derived.incidents_kept_current(cur)
+        if self.read_only:
+            self._kept_incidents = kept
+        return kept
+
     # -- writing ---------------------------------------------------------------------------
     def register_run(
         self, run_id: str, *, source: RunSource | str = RunSource.LIVE,
@@ -502,11 +522,25 @@ class RunStore(RunCatalog):
                     " AND s.run_id IS NOT DISTINCT FROM o.run_id)")
                 if _derived.available(self._con):
                     _derived.derive(self._con)  # rows written beside the writer (bulk SQL)
+                    if (_derived.pending(self._con)[1] >= _derived.KEEP_INCIDENTS_FROM_SPANS
+                            and not _derived.incidents_kept_current(self._con)):
+                        self._keep_incidents()
                 self._con.execute("CHECKPOINT")
         for cur in self._thread_cursors:
             cur.close()
         self._threads.close()
         self._con.close()
+
+    def _keep_incidents(self) -> None:
+        """The incidents kept for the readers of the closed store (derived.keep_incidents);
+        a failure is logged: readers then compute them."""
+        try:
+            took = _derived.keep_incidents(self._con)
+        except duckdb.Error as exc:
+            log.warning("%s: keeping the incidents failed (readers compute them): %s",
+                        self.path, exc)
+            return
+        log.info("%s: kept the incidents for its readers in %.1f s", self.path, took)
 
     def __enter__(self) -> RunStore:
         return self

@@ -299,3 +299,47 @@ def test_a_kept_sum_that_differs_from_the_views_is_reported(tmp_path):
     con.close()
     diff, _ = differences(path)
     assert list(diff) == ["d_run_seconds"], diff
+
+
+def test_a_closed_store_keeps_its_incidents_while_nothing_changes(tmp_path, monkeypatch):
+    """A store closes keeping its incidents: a reader of it reads them kept, and they are the
+    detectors' rows; once anything is committed after, readers compute them again."""
+    monkeypatch.setattr(derived, "KEEP_INCIDENTS_FROM_SPANS", 0)
+    path = tmp_path / "run.duckdb"
+    with RunStore(path) as store:
+        runner.replay_into_store(get("snapshot-outlasts-deadline"), store)
+    with RunStore(path, read_only=True) as store, store.cursor() as cur:
+        assert store.relation("incidents") == "main.d_incidents"
+        kept = _rows(cur, "main.d_incidents")
+        assert kept == _rows(cur, "incidents") == _rows(cur, "rs_read.incidents")
+        assert sum(kept.values()) >= 1
+    with RunStore(path) as store:  # one more run: the kept rows no longer say everything
+        runner.replay_into_store(get("snapshot-outlasts-deadline"), store, run_id="again")
+        store.writer().flush(60)
+        assert store.relation("incidents") == "rs_read.incidents"
+        with store.cursor() as cur:
+            assert not derived.incidents_kept_current(cur)
+            assert sum(_rows(cur, "rs_read.incidents").values()) == 2 * sum(kept.values())
+    with RunStore(path, read_only=True) as store, store.cursor() as cur:  # kept again at close
+        assert store.relation("incidents") == "main.d_incidents"
+        assert _rows(cur, "main.d_incidents") == _rows(cur, "incidents")
+
+
+def test_an_open_marker_makes_the_kept_incidents_stale(tmp_path, monkeypatch):
+    monkeypatch.setattr(derived, "KEEP_INCIDENTS_FROM_SPANS", 0)
+    path = tmp_path / "run.duckdb"
+    with RunStore(path) as store:
+        runner.replay_into_store(get("demo"), store)
+    con = duckdb.connect(str(path))
+    assert derived.incidents_kept_current(con)
+    con.execute("INSERT INTO open_spans SELECT * FROM spans LIMIT 1")
+    assert not derived.incidents_kept_current(con)
+    con.close()
+
+
+def test_small_stores_keep_no_incidents(tmp_path):
+    path = tmp_path / "run.duckdb"
+    with RunStore(path) as store:
+        runner.replay_into_store(get("demo"), store)
+    with RunStore(path, read_only=True) as store:
+        assert store.relation("incidents") == "rs_read.incidents"

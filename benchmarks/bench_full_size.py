@@ -1,0 +1,118 @@
+"""The reads of issue #47's table on one large run, against the same reads computed from the
+views in the same run: the CLI's ``incidents`` (whole run and ``--since 1h``) and ``info``
+(process start included), one hour's and one step's rows from the maintained tables, and the
+whole run by minute and by step from the kept per-second sums. Medians of --rounds (≥3); the
+load is printed before and after.
+
+    .venv/bin/python benchmarks/synthetic.py RUN.duckdb --spans 100000000 --commits 50
+    .venv/bin/python benchmarks/bench_full_size.py RUN.duckdb
+
+The run is opened once for writing first (what a collector's close does: the incidents are
+kept for its readers), timed. From-scratch baselines that would take longer than
+--baseline-limit-s a round are run once and said so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+from rolloutscope.store import RunStore, summaries  # noqa: E402
+from rolloutscope.store.steps import step_table  # noqa: E402
+
+CLI = [sys.executable, "-m", "rolloutscope"]
+
+
+def load() -> str:
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def timed(fn, rounds: int, limit_s: float | None = None) -> tuple[float, list[float]]:
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+        if limit_s is not None and times[-1] > limit_s:
+            break
+    return statistics.median(times), times
+
+
+def cli(*args: str) -> None:
+    subprocess.run([*CLI, *args], check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run", type=Path)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--baseline-limit-s", type=float, default=60.0)
+    args = ap.parse_args()
+    rounds = max(3, args.rounds)
+    print(f"load at start {load()}")
+    t0 = time.perf_counter()
+    RunStore(args.run).close()
+    print(f"open for writing and close (incidents kept): {time.perf_counter() - t0:.1f} s")
+    with RunStore(args.run, read_only=True) as store:
+        spans = store.query("SELECT count(*) FROM spans")[0][0]
+        run = store.query("SELECT run_id FROM runs ORDER BY last_seen_ns DESC LIMIT 1")[0][0]
+        last = store.query("SELECT last_seen_ns FROM runs WHERE run_id = ?", [run])[0][0]
+        steps = store.query("SELECT start_ns, end_ns FROM rs_read.train_step_spans "
+                            "WHERE run_id = ? AND end_ns IS NOT NULL ORDER BY end_ns", [run])
+        print(f"run {run}: {spans:,} spans, kept incidents: {store.relation('incidents')}")
+    hour = (last - 3600 * 10**9, last)
+    # a step's stretch where the run has steps, else the run's middle ten minutes
+    mid = hour[0] - 6 * 3600 * 10**9
+    step = steps[len(steps) // 2] if steps else (mid, mid + 600 * 10**9)
+
+    def rows(relations: dict[str, str], lo: int, hi: int) -> None:
+        with RunStore(args.run, read_only=True) as store, store.cursor() as cur:
+            for rel in relations.values():
+                cur.execute(f"SELECT * FROM {rel} WHERE run_id = ? AND start_ns < ? AND "
+                            "(end_ns IS NULL OR end_ns >= ?)", [run, hi, lo]).fetchall()
+
+    maintained = {v: f"rs_read.{v}" for v in ("rl_attempts", "deadlines", "parked_intervals")}
+    views = {v: v for v in ("rl_attempts", "deadlines", "parked_intervals")}
+
+    def read(fn) -> None:
+        with RunStore(args.run, read_only=True) as store:
+            fn(store)
+
+    def scratch_incidents() -> None:
+        with RunStore(args.run, read_only=True) as store, store.cursor() as cur:
+            cur.execute("SELECT * FROM incidents").fetchall()
+
+    cases = [
+        ("rolloutscope incidents (CLI)", scratch_incidents, lambda: cli("incidents", str(args.run))),
+        ("rolloutscope incidents --since 1h (CLI)", scratch_incidents,
+         lambda: cli("incidents", str(args.run), "--since", "1h")),
+        ("rolloutscope info (CLI)", None, lambda: cli("info", str(args.run))),
+        ("one hour's rows (tries, deadlines, parked)", lambda: rows(views, *hour),
+         lambda: rows(maintained, *hour)),
+        ("one step's rows (tries, deadlines, parked)", lambda: rows(views, *step),
+         lambda: rows(maintained, *step)),
+        ("whole run by minute (summaries.buckets)", None,
+         lambda: read(lambda s: summaries.buckets(s, run, 60))),
+        ("whole run by step (steps.step_table)", None,
+         lambda: read(lambda s: step_table(s, run))),
+    ]
+    for label, before, after in cases:
+        a, at = timed(after, rounds)
+        line = f"{label}: {a:.3f} s (rounds {', '.join(f'{t:.2f}' for t in at)})"
+        if before is not None:
+            b, bt = timed(before, rounds, args.baseline_limit_s)
+            line += (f"; from the views (SQL in process) {b:.3f} s (rounds {', '.join(f'{t:.2f}' for t in bt)})"
+                     f", ratio {a / b:.3f}")
+        print(line, flush=True)
+    print(f"load at end {load()}")
+
+
+if __name__ == "__main__":
+    main()
