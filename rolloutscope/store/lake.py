@@ -200,7 +200,7 @@ def connect(spec: LakeSpec, *, read_only: bool, config: dict | None = None,
         con.execute("SET ducklake_max_retry_count = 100")
         options = ["READ_ONLY"] if read_only else []
         data_path = spec.data_path
-        if data_path is None and create and not spec.exists():
+        if data_path is None and create and _is_new(spec):
             # a new lake only: an existing one keeps the data path it was made with
             data_path = spec.default_data_path()
             if data_path is None:
@@ -237,6 +237,31 @@ def connect(spec: LakeSpec, *, read_only: bool, config: dict | None = None,
         con.close()
         raise
     return con
+
+
+def _is_new(spec: LakeSpec) -> bool:
+    """Whether a lake is still to be made. An sqlite catalog is new until it holds DuckLake's
+    tables: writers starting together (one collector per Ray node) find the file another has
+    just created (``_wal``) before DuckLake has made the lake in it."""
+    if spec.catalog != "sqlite":
+        return not spec.exists()
+    if not spec.exists():
+        return True
+    import sqlite3
+
+    for attempt in range(100):
+        try:
+            con = sqlite3.connect(f"file:{spec.target}?mode=ro", uri=True, timeout=5)
+            try:
+                return not con.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
+                                       "name = 'ducklake_metadata'").fetchall()
+            finally:
+                con.close()
+        except sqlite3.OperationalError:
+            if attempt == 99:
+                raise
+            time.sleep(0.05)
+    raise AssertionError("unreachable")
 
 
 def _wal(path: str) -> None:
@@ -405,3 +430,4 @@ def writer_rows(con: duckdb.DuckDBPyConnection, table: str = "spans") -> list[tu
         f"SELECT s.author, count(*) FROM {ALIAS}.{table} t "
         f"JOIN ducklake_snapshots('{ALIAS}') s ON s.snapshot_id = t.snapshot_id "
         f"GROUP BY 1 ORDER BY 1").fetchall()
+
