@@ -141,9 +141,9 @@ def main() -> None:
                     help="spans per commit (a collector's group commit)")
     ap.add_argument("--writers", type=int, default=2, help="lake writers taking turns")
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--target-file-size", action="append", default=[], metavar="SIZE",
-                    help="also upkeep a copy of the lake with this DuckLake target_file_size "
-                         "(e.g. 16MB; repeatable)")
+    ap.add_argument("--lake-options", action="append", default=[], metavar="NAME=VALUE,...",
+                    help="also write a lake with these DuckLake options set (set_option), e.g. "
+                         "target_file_size=16MB,parquet_row_group_size=16384; repeatable")
     ap.add_argument("--tmp", metavar="DIR", help="where the stores go (default: a temp dir)")
     args = ap.parse_args()
     print("uptime:", uptime())
@@ -154,16 +154,17 @@ def main() -> None:
         generate(source, spans=args.spans)
     stem = f"w-{args.spans}-{args.commit_spans}"
     file = tmp / f"{stem}.duckdb"
-    targets = [None, *args.target_file_size]  # None: DuckLake's default
-    lakes = {t: f"ducklake:sqlite:{tmp / f'{stem}-{args.writers}-{t or 0}' / 'catalog.sqlite'}"
-             for t in targets}
+    variants = ["", *args.lake_options]  # "": DuckLake's defaults
+    lakes = {v: f"ducklake:sqlite:{tmp / f'{stem}-{args.writers}-{i}' / 'catalog.sqlite'}"
+             for i, v in enumerate(variants)}
     if file.exists():
         file.unlink()
-    for t, lake in lakes.items():
+    for options, lake in lakes.items():
         shutil.rmtree(Path(_lake.parse(lake).target).parent, ignore_errors=True)
-        if t is not None:
-            with RunStore(lake) as store:
-                store.query(f"CALL {_lake.ALIAS}.set_option('target_file_size', '{t}')")
+        with RunStore(lake) as store:
+            for option in filter(None, options.split(",")):
+                name, value = option.split("=", 1)
+                store.query(f"CALL {_lake.ALIAS}.set_option(?, ?)", [name, value])
     t0 = time.perf_counter()
     spans, commits = write_as_collectors(source, file, list(lakes.values()),
                                          commit_spans=args.commit_spans, writers=args.writers)
@@ -178,9 +179,11 @@ def main() -> None:
               "5 min": {"run": RUN, "lo": lo + 600 * S, "hi": lo + 900 * S}}
     print(f"run of {(last - first) / 3600e9:.2f} h; the hour starts "
           f"{(lo - first) / 3600e9:.2f} h in")
-    report("as written", measure(file, lakes[None], params, args.repeats), args.repeats)
-    for t, lake in lakes.items():
-        label = f"target_file_size {t}" if t else "DuckLake's default target file size"
+    for options, lake in lakes.items():
+        report(f"as written ({options or 'DuckLake defaults'})",
+               measure(file, lake, params, args.repeats), args.repeats)
+    for options, lake in lakes.items():
+        label = options or "DuckLake defaults"
         with RunStore(lake) as store:
             rep = maintain(store, keep_snapshots_s=MIN_KEEP_SNAPSHOTS_S)
         print(f"upkeep ({label}):", rep.line())
