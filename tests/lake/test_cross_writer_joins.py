@@ -61,6 +61,9 @@ def test_a_gym_span_and_its_rl_try_written_by_two_collectors_are_one_row(tmp_pat
     try:
         spans = spans_of_one_try(prompt_idx=7, attempt=0)
         export(gym_node.http, spans["gym-agent"])
+        with RunStore(lake, read_only=True) as store:  # the Gym rollout alone: no try yet
+            before = (store.query("SELECT count(*) FROM rollout_attempts")[0][0],
+                      store.query("SELECT prompt_idx FROM gym_rollouts"))
         export(rl_node.http, spans["nemo-rl"])
         # read while both collectors run: nothing is derived when a collector commits
         with RunStore(lake, read_only=True) as store:
@@ -85,6 +88,7 @@ def test_a_gym_span_and_its_rl_try_written_by_two_collectors_are_one_row(tmp_pat
     # each collector wrote its own span
     assert int(authors["gym.rollout"].split(":")[1]) == gym_node.process.pid
     assert int(authors["rl.rollout.attempt"].split(":")[1]) == rl_node.process.pid
+    assert before == (0, [(7,)])
     # one try, listed once, as RL's; the Gym rollout carrying RL's prompt is its Gym detail
     assert attempts == [("rl", 7, 0, "p7-r0", "committed")]
     assert gym == [(7, 0, "p7-r0")]
