@@ -200,7 +200,7 @@ def connect(spec: LakeSpec, *, read_only: bool, config: dict | None = None,
         con.execute("SET ducklake_max_retry_count = 100")
         options = ["READ_ONLY"] if read_only else []
         data_path = spec.data_path
-        if data_path is None and create and not spec.exists():
+        if data_path is None and create and _is_new(spec):
             # a new lake only: an existing one keeps the data path it was made with
             data_path = spec.default_data_path()
             if data_path is None:
@@ -237,6 +237,31 @@ def connect(spec: LakeSpec, *, read_only: bool, config: dict | None = None,
         con.close()
         raise
     return con
+
+
+def _is_new(spec: LakeSpec) -> bool:
+    """Whether a lake is still to be made. An sqlite catalog is new until it holds DuckLake's
+    tables: writers starting together (one collector per Ray node) find the file another has
+    just created (``_wal``) before DuckLake has made the lake in it."""
+    if spec.catalog != "sqlite":
+        return not spec.exists()
+    if not spec.exists():
+        return True
+    import sqlite3
+
+    for attempt in range(100):
+        try:
+            con = sqlite3.connect(f"file:{spec.target}?mode=ro", uri=True, timeout=5)
+            try:
+                return not con.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
+                                       "name = 'ducklake_metadata'").fetchall()
+            finally:
+                con.close()
+        except sqlite3.OperationalError:
+            if attempt == 99:
+                raise
+            time.sleep(0.05)
+    raise AssertionError("unreachable")
 
 
 def _wal(path: str) -> None:
@@ -405,3 +430,42 @@ def writer_rows(con: duckdb.DuckDBPyConnection, table: str = "spans") -> list[tu
         f"SELECT s.author, count(*) FROM {ALIAS}.{table} t "
         f"JOIN ducklake_snapshots('{ALIAS}') s ON s.snapshot_id = t.snapshot_id "
         f"GROUP BY 1 ORDER BY 1").fetchall()
+
+
+# -- layout ------------------------------------------------------------------------------------
+def window_files(con: duckdb.DuckDBPyConnection, lo_ns: int, hi_ns: int, *,
+                 table: str = "spans", column: str = "start_ns") -> tuple[int, int]:
+    """(data files of ``table`` whose ``column`` may hold a value in [lo_ns, hi_ns), data files
+    of ``table``) in the lake's latest snapshot, by DuckLake's own per-file min/max statistics
+    in the catalog: the files a read filtered to that window opens; DuckLake skips the others.
+    A file without statistics for the column counts as overlapping, one whose column is all
+    NULL does not (no range matches NULL). Rows still inlined in the catalog are in no file."""
+    meta = f"__ducklake_metadata_{ALIAS}"
+    return tuple(con.execute(f"""
+        WITH t AS (SELECT table_id FROM {meta}.ducklake_table
+                   WHERE table_name = $table AND end_snapshot IS NULL),
+             c AS (SELECT column_id FROM {meta}.ducklake_column
+                   WHERE table_id = (SELECT table_id FROM t) AND column_name = $column
+                     AND end_snapshot IS NULL),
+             f AS (SELECT data_file_id FROM {meta}.ducklake_data_file
+                   WHERE table_id = (SELECT table_id FROM t) AND end_snapshot IS NULL),
+             s AS (SELECT data_file_id, TRY_CAST(min_value AS BIGINT) AS lo,
+                          TRY_CAST(max_value AS BIGINT) AS hi,
+                          value_count IS NOT NULL AND value_count = 0 AS all_null
+                   FROM {meta}.ducklake_file_column_stats
+                   WHERE table_id = (SELECT table_id FROM t)
+                     AND column_id = (SELECT column_id FROM c))
+        SELECT count(*) FILTER (WHERE s.data_file_id IS NULL
+                                 OR (NOT s.all_null AND (s.lo IS NULL OR s.hi IS NULL
+                                                         OR (s.hi >= $lo AND s.lo < $hi)))),
+               count(*)
+        FROM f LEFT JOIN s USING (data_file_id)""",
+        {"table": table, "column": column, "lo": lo_ns, "hi": hi_ns}).fetchall()[0])
+
+
+def files_read(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> int:
+    """Data files DuckLake opened to run ``sql`` (its scans' "Total Files Read", from EXPLAIN
+    ANALYZE; the query runs)."""
+    plan = "\n".join(str(r[1]) for r in con.execute(f"EXPLAIN ANALYZE {sql}",
+                                                    params or []).fetchall())
+    return sum(int(n) for n in re.findall(r"Total Files Read:\s*(\d+)", plan))

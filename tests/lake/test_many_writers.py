@@ -92,3 +92,20 @@ def test_a_reader_in_another_process_sees_every_commit_made_before_its_query(tmp
         for c in collectors:
             c.stop()
     assert reads >= 2
+
+
+def test_writers_that_open_a_new_lake_together_all_open_it(tmp_path):
+    # collectors placed on every node at once each find the catalog file another has just
+    # created, before DuckLake has made the lake in it: each must still take it for new
+    import subprocess
+    import sys
+
+    code = ("import sys; from rolloutscope.store import RunStore\n"
+            "with RunStore(sys.argv[1]) as s: print(s.query('SELECT count(*) FROM spans')[0][0])")
+    for round_ in range(2):
+        lake = f"ducklake:sqlite:{tmp_path / str(round_) / 'catalog.sqlite'}"
+        procs = [subprocess.Popen([sys.executable, "-c", code, lake], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(4)]
+        outs = [p.communicate(timeout=120) for p in procs]
+        assert [(p.returncode, out.strip()) for p, (out, _) in zip(procs, outs, strict=True)] \
+            == [(0, "0")] * 4, [err[-800:] for _, err in outs]
