@@ -38,6 +38,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Every connection and cursor of a store buffers a query's whole result for its reader instead
+# of DuckDB's default 976.5 KiB stream buffer: with the small buffer, a large union read to the
+# client (``SELECT * FROM rs_read.incidents`` on a 10^8-span run) left every DuckDB thread
+# parked and the query never returned nor honoured interrupt(), while the same query into a
+# table took 6 s (tests/store/test_store_files.py). Readers fetch whole results anyway, and
+# DuckDB's memory limit still bounds them.
+STREAM_BUFFER_SQL = "SET streaming_buffer_size = '1GB'"
+
 DEFAULT_FILE_NAME = "run.duckdb"
 # rows per Arrow batch of ``query_frame``: DuckDB allocates a batch's buffers for all its rows
 # however few it holds (at its default of 1M rows a 10-row result held ~100 MB of address space,
@@ -153,6 +161,7 @@ class RunStore(RunCatalog):
             self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self._con = duckdb.connect(str(self.path), read_only=read_only, config=config)
+            self._con.execute(STREAM_BUFFER_SQL)
         except duckdb.Error as exc:
             raise translate(exc, path=str(self.path)) from exc
         try:
@@ -174,6 +183,7 @@ class RunStore(RunCatalog):
             raise StoreError(f"{spec}: the lake's catalog {spec.target} does not exist")
         self._con = _lake.connect(spec, read_only=self.read_only, config=config,
                                   create=not self.read_only)
+        self._con.execute(STREAM_BUFFER_SQL)
         try:
             self._check_or_create_lake_schema()
         except duckdb.Error as exc:
@@ -225,6 +235,7 @@ class RunStore(RunCatalog):
     def new_cursor(self) -> duckdb.DuckDBPyConnection:
         """A fresh cursor of the owned connection, its default catalog the store's own."""
         cur = self._con.cursor()
+        cur.execute(STREAM_BUFFER_SQL)
         if self.lake is not None:
             cur.execute(f"USE {_lake.ALIAS}")
         return cur

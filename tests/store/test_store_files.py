@@ -243,3 +243,28 @@ def test_a_span_that_ends_closes_only_its_own_runs_open_interval(store_path):
             ("capture", True), ("replay", False)]
     with RunStore(store_path) as store:  # closing drops markers of ended spans: of its run only
         assert store.query("SELECT run_id FROM open_spans") == [("capture",)]
+
+
+def test_every_connection_and_cursor_buffers_whole_results(tmp_path):
+    """A store's connection and its cursors hold a query's result for the reader in a large
+    buffer (store.STREAM_BUFFER_SQL): with DuckDB's 976.5 KiB default, reading the incidents of
+    a 10^8-span run to the client parked every thread for good."""
+    import duckdb as _duckdb
+
+    from rolloutscope.store.store import STREAM_BUFFER_SQL
+
+    want = STREAM_BUFFER_SQL.split("'")[1]
+    probe = _duckdb.connect()
+    probe.execute(STREAM_BUFFER_SQL)
+    expected = probe.execute("SELECT current_setting('streaming_buffer_size')").fetchall()[0][0]
+    probe.close()
+    assert expected != "976.5 KiB", (want, expected)
+    path = tmp_path / "run.duckdb"
+    for read_only in (False, True):
+        with RunStore(path, read_only=read_only) as store:
+            assert store.query("SELECT current_setting('streaming_buffer_size')")[0][0] \
+                == expected
+            cur = store.new_cursor()
+            assert cur.execute("SELECT current_setting('streaming_buffer_size')").fetchall() \
+                == [(expected,)]
+            cur.close()
