@@ -604,10 +604,11 @@ class DataStore(RolloutRows, param.Parameterized):
         """What the time plots open on: the window, else the whole run."""
         return self.window_seconds() or self.whole_run()
 
-    def move_window(self, lo_ns: int, hi_ns: int) -> None:
+    def move_window(self, lo_ns: int, hi_ns: int, *, keep_start: bool = False) -> None:
         """Window mode: read the interval views for [lo_ns, hi_ns) instead, widened to
         ``window_s`` at least (room to pan and zoom out a little), cut to its last
-        ``window_max_s``, within the run; up to the run's head when it reaches it."""
+        ``window_max_s`` (its first, ``keep_start``: an incident still open shows how it
+        began), within the run; up to the run's head when it reaches it."""
         if not self.large:
             return
         first, last = self._run_span or self._read_run_span()
@@ -616,7 +617,10 @@ class DataStore(RolloutRows, param.Parameterized):
         if hi - lo < need:  # centred on the pick, shifted to lie within the run
             lo = max(min((lo + hi) // 2 - need // 2, last + 1 - need), first)
             hi = min(lo + need, last + 1)
-        lo = max(lo, hi - most)
+        if keep_start:
+            hi = min(hi, lo + most)
+        else:
+            lo = max(lo, hi - most)
         window = (lo, None if hi >= last else hi)
         self._follow_head = False
         if window == self.window:
@@ -644,7 +648,7 @@ class DataStore(RolloutRows, param.Parameterized):
         t0 = self.origin_ns()
         lo, hi = (t0 + int(v * 1e9) for v in event.new)
         if not self._covers(lo, hi):
-            self.move_window(lo, hi)
+            self.move_window(lo, hi, keep_start=self.range_is_incident)
 
     def _read_whole_in_background(self) -> None:
         if self._whole is not None and not self._whole.done():

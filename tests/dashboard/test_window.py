@@ -105,6 +105,20 @@ def test_moving_the_window_reads_the_new_stretch(store):
     assert_window_rows(data, store)
 
 
+def test_picking_an_incident_reads_its_stretch_from_its_start(store):
+    data = DataStore(store, shared=reads())
+    data.window_max_s = 1000.0
+    inc = data.incidents()
+    oldest = inc.iloc[-1]  # still open: its stretch runs to the run's end
+    assert oldest.start_ns < data.window[0]
+    data.incident = str(oldest.incident_id)
+    lo, hi = data.window
+    assert lo <= oldest.start_ns < hi and hi - lo == 1000 * S
+    assert_window_rows(data, store)
+    drawn = data.frames["rollout_attempts"]
+    assert len(drawn) and drawn.start_ns.min() < oldest.start_ns
+
+
 def test_sessions_share_the_frames_of_a_window(store):
     shared = reads()
     a, b = DataStore(store, shared=shared), DataStore(store, shared=shared)
