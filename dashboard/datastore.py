@@ -25,6 +25,15 @@ once the file has it, it is used. Every frame has its view's columns (read from 
 any row is), whether the store holds no run yet, a run with no rows in that view, or none at all:
 readers never meet a frame without the columns they draw.
 
+Window mode (docs/dashboard.md#window-mode): a run of more spans than ``window_spans`` has its
+interval views (those with time columns) read for ``window`` only, the rows overlapping
+[lo, hi): the run's last ``window_s`` when it opens (moving with the head on each full reload,
+live), or, once a time range outside it is shown (an incident, a link, a stretch of the
+whole-run picture), that range widened to ``window_s`` and cut to ``window_max_s``. A live tick
+reads within it. A window's reads are shared by the server's sessions like whole reads (the
+window's bounds are parameters of the read). The run's own first and last instants come from
+its ``runs`` row, not the frames.
+
 A store with no run yet (a collector before its first span) is a state, not an error:
 ``state()`` says which, and in live mode each tick looks for the first run until one arrives.
 """
@@ -564,11 +573,13 @@ class DataStore(RolloutRows, param.Parameterized):
 
     def _span_count(self) -> int:
         """The run's spans: the store's kept counts by name and minute (``d_span_buckets``,
-        a few rows per minute of the run), or a count of its spans where it keeps none."""
+        a few rows per minute of the run) and those of the spans not derived yet
+        (``rs_tail.spans``), or a count of its spans where it keeps none."""
         if getattr(self.store, "maintained", False):
-            sql = "SELECT coalesce(sum(spans), 0) FROM d_span_buckets WHERE run_id = ?"
+            sql = ("SELECT (SELECT coalesce(sum(spans), 0) FROM d_span_buckets WHERE run_id = $1)"
+                   " + (SELECT count(*) FROM rs_tail.spans WHERE run_id = $1)")
         else:
-            sql = "SELECT count(*) FROM all_spans WHERE run_id = ?"
+            sql = "SELECT count(*) FROM all_spans WHERE run_id = $1"
         try:
             return int(self.store.query(sql, [self.run_id])[0][0])
         except StoreError as exc:

@@ -172,3 +172,41 @@ def test_a_run_under_the_threshold_is_read_whole(store):
     data.show_range((600.0, 700.0))
     assert data.window is None
     assert Overview(data).pick is None
+
+
+def test_live_the_window_follows_the_head_and_ticks_read_within_it(tmp_path):
+    from rolloutscope.collectors.exporter import instrument
+    from rolloutscope.vocabulary import Attr, SpanName
+    from tests.store.conftest import SpanKit
+
+    inst = instrument(tmp_path / "live.duckdb", service_name="tests", run_id="live")
+    try:
+        kit = SpanKit(inst)
+
+        def attempt(rollout: str, start: float, end: float | None):
+            attrs = {Attr.ROLLOUT_ID: rollout, Attr.RL_ATTEMPT: 0, Attr.PROMPT_IDX: 0}
+            if end is None:
+                return kit.open(SpanName.RL_ATTEMPT, start, attrs)
+            return kit.span(SpanName.RL_ATTEMPT, start, end, attrs)
+
+        attempt("a", 0, 10)
+        attempt("b", 5, None)  # open: in every window
+        attempt("c", 2000, 2010)
+        kit.flush()
+        data = DataStore(inst.store, live=True, shared=reads(window_spans=0, minutes=1))
+        shown = lambda: sorted(data.frames["rollout_attempts"].rollout_id)  # noqa: E731
+        assert data.large and data.window[1] is None
+        assert shown() == ["b", "c"]
+        attempt("d", 2030, 2040)
+        kit.flush()
+        data.tick()  # incremental: the rows since the last read, within the window
+        assert shown() == ["b", "c", "d"]
+        attempt("e", 3000, 3010)
+        kit.flush()
+        data.refresh(full=True)  # a full reload moves the window to the head
+        first = data.origin_ns()
+        assert data.window == (data.last_seen_ns() - 60 * S, None)
+        assert data.window[0] > first + 2040 * S
+        assert shown() == ["b", "e"]
+    finally:
+        inst.shutdown()
