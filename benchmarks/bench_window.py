@@ -73,7 +73,7 @@ def headless(run: str, mode: str, memory_mib: int, threads: int) -> dict:
         t = time.perf_counter()
         DataStore(store, shared=shared)
         second_s = time.perf_counter() - t
-        rows = {"open": rows_of(first)}
+        rows = {"on opening": rows_of(first)}
         inc = first.incidents()  # newest first
         # the oldest incident that ended (far from the head the window opens on: its stretch),
         # then the oldest still open (its stretch runs to the head: cut to the window's most)
@@ -170,10 +170,10 @@ def main() -> int:
                 quiet[mode].append(r)
                 picks = "; ".join(f"{k} incident picked {v:.2f} s ({r['rows'][k]:,} rows)"
                                   for k, v in r["picked"].items())
+                opened = r["rows"]["on opening"]
                 print(f"rep {rep} {mode:6} headless (large={r['large']}): first session "
-                      f"{r['first_s']:.2f} s ({r['rows']['open']:,} rows of tries, deadlines, "
-                      f"parked stays, completions), second {r['second_s']:.2f} s; {picks}",
-                      flush=True)
+                      f"{r['first_s']:.2f} s ({opened:,} rows of tries, deadlines, parked "
+                      f"stays, completions), second {r['second_s']:.2f} s; {picks}", flush=True)
         if not args.no_browser:
             from playwright.sync_api import sync_playwright
 
