@@ -25,6 +25,15 @@ once the file has it, it is used. Every frame has its view's columns (read from 
 any row is), whether the store holds no run yet, a run with no rows in that view, or none at all:
 readers never meet a frame without the columns they draw.
 
+Window mode (docs/dashboard.md#window-mode): a run of more spans than ``window_spans`` has its
+interval views (those with time columns) read for ``window`` only, the rows overlapping
+[lo, hi): the run's last ``window_s`` when it opens (moving with the head on each full reload,
+live), or, once a time range outside it is shown (an incident, a link, a stretch of the
+whole-run picture), that range widened to ``window_s`` and cut to ``window_max_s``. A live tick
+reads within it. A window's reads are shared by the server's sessions like whole reads (the
+window's bounds are parameters of the read). The run's own first and last instants come from
+its ``runs`` row, not the frames.
+
 A store with no run yet (a collector before its first span) is a state, not an error:
 ``state()`` says which, and in live mode each tick looks for the first run until one arrives.
 """
@@ -51,8 +60,10 @@ from rolloutscope.vocabulary import SpanName
 
 from rolloutscope.dashboard import run_picture
 from rolloutscope.dashboard.rollout_rows import RolloutRows
+from rolloutscope.dashboard.defaults import WINDOW_MAX_MINUTES
 from rolloutscope.dashboard.shared import (
     DEFAULT_READ_TIMEOUT_S,
+    DashboardLimits,
     ReadTimeout,
     SharedReads,
     new_token,
@@ -228,6 +239,9 @@ class DataStore(RolloutRows, param.Parameterized):
     trace_id = param.String(default=None, allow_None=True, doc="the trace the Traces tab shows")
     time_range = param.Range(default=None, allow_None=True,
                              doc="seconds since run start the user is looking at")
+    window = param.Tuple(default=None, allow_None=True, length=2,
+                         doc="window mode: [lo, hi) in ns the interval frames hold (hi None: "
+                             "up to the run's head); None: the whole run")
     live = param.Boolean(default=False, constant=True)
     paused = param.Boolean(default=False, doc="live refresh paused")
     version = param.Integer(default=0, doc="bumped whenever the frames change")
@@ -244,6 +258,15 @@ class DataStore(RolloutRows, param.Parameterized):
         self.shared = shared
         self.read_timeout_s = (shared.limits.read_timeout_s if shared is not None
                                else DEFAULT_READ_TIMEOUT_S)
+        limits = shared.limits if shared is not None else DashboardLimits.from_env()
+        # window mode (``window``): a run of more than ``window_spans`` spans
+        self.window_spans = limits.window_spans
+        self.window_s = limits.window_minutes * 60.0
+        self.window_max_s = WINDOW_MAX_MINUTES * 60.0  # a picked stretch is cut to this
+        self.large = False
+        self._sized: object = None  # the run ``large`` was decided for
+        self._follow_head = True  # the window is the run's last window_s, moving with it
+        self._run_span: tuple[int, int] | None = None  # (first, last seen ns) of a large run
         self._reading = threading.local()  # what the thread's read is, for its timeout message
         # where a live collector listens, for the page shown before its first span
         self.waiting_for = waiting_for
@@ -278,6 +301,8 @@ class DataStore(RolloutRows, param.Parameterized):
         self._default_filter()
         self.param.watch(self._on_run, "run_id")
         self.param.watch(self._on_incident, "incident")
+        # before any view's watcher: a range outside the window is read before it is drawn
+        self.param.watch(self._on_range_for_window, "time_range")
 
     def default_run(self, runs: list[str]) -> str | None:
         """The run a session opens on: the newest capture, not a replay of one written into
@@ -390,11 +415,13 @@ class DataStore(RolloutRows, param.Parameterized):
     def _read_sql(self, spec: ViewSpec, since: int | None,
                   floor: int | None) -> tuple[str, list]:
         """The query of ``_read`` (names from VIEWS, not from input)."""
+        window = self.window if spec.times else None
         if spec.name in store_views.incremental() and self.macro_reads:
             # through its macro: the rows an event since reached (NULL: every row), grouped
             # from their own events only
-            return f"SELECT * FROM {spec.name}_since(?, ?)", [self.run_id, since]
-        if spec.name in store_views.readers() and self.macro_reads:
+            source, where, params = f"{spec.name}_since(?, ?)", [], [self.run_id, since]
+            since = None
+        elif spec.name in store_views.readers() and self.macro_reads:
             # through its macro: the run and the floor reach the spans its aggregates read
             source, where, params = f"{spec.name}_of(?, ?)", [], [self.run_id, floor]
         else:
@@ -410,6 +437,16 @@ class DataStore(RolloutRows, param.Parameterized):
             start, end = spec.times
             where.append(f"({end} IS NULL OR {end} >= ? OR {start} >= ?)")
             params += [since, since]
+        if window is not None:
+            # the rows overlapping [lo, hi): maintained rows are appended in start order, so
+            # DuckDB's zonemaps skip the row groups of other times
+            start, end = spec.times
+            lo, hi = window
+            where.append(f"({end} IS NULL OR {end} >= ?)")
+            params.append(int(lo))
+            if hi is not None:
+                where.append(f"{start} < ?")
+                params.append(int(hi))
         sql = f"SELECT * FROM {source}" + (f" WHERE {' AND '.join(where)}" if where else "")
         if spec.cap is not None:
             sql += f" ORDER BY {spec.latest} LIMIT {int(spec.cap)}"
@@ -446,6 +483,8 @@ class DataStore(RolloutRows, param.Parameterized):
         self._ticks += 1
         full = full or self._watermark is None or self._ticks % FULL_RELOAD_EVERY == 0
         since = None if full else self._watermark - LATE_MARGIN_NS
+        if full:
+            self._size_up()
         self.problems = []
         self.last_refresh_by_view = {}
         whole_due = full or (self._ticks % INCIDENTS_EVERY == 0
@@ -514,6 +553,113 @@ class DataStore(RolloutRows, param.Parameterized):
             # DuckDB has for ~1 s at 10M spans, and started first it slowed them by a third
             self._read_whole_in_background()
         return changed
+
+    # -- window mode: a large run's interval views read for a stretch of time ------------------
+    def _size_up(self) -> None:
+        """On a full read: whether the run is large (decided once per run, from the store's
+        kept span counts) and, if so, its time span and the window that follows its head."""
+        if self._sized != self.run_id:
+            self._sized = self.run_id
+            self.large = self._span_count() > self.window_spans
+            self._follow_head = True
+            self._run_span = None
+            self.window = None
+        if not self.large:
+            return
+        self._run_span = self._read_run_span()
+        if self._follow_head:
+            first, last = self._run_span
+            self.window = (max(last - int(self.window_s * 1e9), first), None)
+
+    def _span_count(self) -> int:
+        """The run's spans: the store's kept counts by name and minute (``d_span_buckets``,
+        a few rows per minute of the run) and those of the spans not derived yet
+        (``rs_tail.spans``), or a count of its spans where it keeps none."""
+        if getattr(self.store, "maintained", False):
+            sql = ("SELECT (SELECT coalesce(sum(spans), 0) FROM d_span_buckets WHERE run_id = $1)"
+                   " + (SELECT count(*) FROM rs_tail.spans WHERE run_id = $1)")
+        else:
+            sql = "SELECT count(*) FROM all_spans WHERE run_id = $1"
+        try:
+            return int(self.store.query(sql, [self.run_id])[0][0])
+        except StoreError as exc:
+            log.warning("the span count of run %s is unreadable (%s): read whole",
+                        self.run_id, exc)
+            return 0
+
+    def _read_run_span(self) -> tuple[int, int]:
+        """The run's first and last instant (its ``runs`` row, else its spans)."""
+        rows = self.store.query("SELECT first_seen_ns, last_seen_ns FROM runs WHERE run_id = ?",
+                                [self.run_id])
+        if not rows or rows[0][0] is None or rows[0][1] is None:
+            rows = self.store.query("SELECT min(start_ns), max(coalesce(end_ns, start_ns)) "
+                                    "FROM all_spans WHERE run_id = ?", [self.run_id])
+        first, last = rows[0] if rows else (None, None)
+        first = int(first) if first is not None else 0
+        return first, int(last) if last is not None else first
+
+    @property
+    def windowed(self) -> bool:
+        """Whether the interval frames hold a window of the run, not all of it."""
+        return self.window is not None
+
+    def window_seconds(self) -> tuple[float, float] | None:
+        """The window in seconds since the run started (None: not windowed)."""
+        if self.window is None:
+            return None
+        t0, (lo, hi) = self.origin_ns(), self.window
+        hi = self.last_seen_ns() if hi is None else min(hi, self.last_seen_ns())
+        return ((lo - t0) / 1e9, max(hi - t0, lo - t0) / 1e9)
+
+    def shown_stretch(self) -> tuple[float, float]:
+        """What the time plots open on: the window, else the whole run."""
+        return self.window_seconds() or self.whole_run()
+
+    def move_window(self, lo_ns: int, hi_ns: int, *, keep_start: bool = False) -> None:
+        """Window mode: read the interval views for [lo_ns, hi_ns) instead, widened to
+        ``window_s`` at least (room to pan and zoom out a little), cut to its last
+        ``window_max_s`` (its first, ``keep_start``: an incident still open shows how it
+        began), within the run; up to the run's head when it reaches it."""
+        if not self.large:
+            return
+        first, last = self._run_span or self._read_run_span()
+        lo, hi = max(int(lo_ns), first), min(int(hi_ns), last + 1)
+        need, most = int(self.window_s * 1e9), int(self.window_max_s * 1e9)
+        if hi - lo < need:  # centred on the pick, shifted to lie within the run
+            lo = max(min((lo + hi) // 2 - need // 2, last + 1 - need), first)
+            hi = min(lo + need, last + 1)
+        if keep_start:
+            hi = min(hi, lo + most)
+        else:
+            lo = max(lo, hi - most)
+        window = (lo, None if hi >= last else hi)
+        self._follow_head = False
+        if window == self.window:
+            return
+        self.window = window
+        self._watermark = None
+        try:
+            self.refresh(full=True)
+        except ReadTimeout as exc:
+            self._timed_out(exc)
+
+    def _covers(self, lo_ns: int, hi_ns: int) -> bool:
+        if self.window is None:
+            return True
+        first, last = self._run_span or (lo_ns, hi_ns)
+        lo, hi = max(lo_ns, first), min(hi_ns, last)
+        wlo, whi = self.window
+        return lo >= wlo and (whi is None or hi <= whi)
+
+    def _on_range_for_window(self, event) -> None:
+        """A time range outside the window (an incident picked, a stretch of the whole-run
+        picture, a link, a zoom out) moves the window onto it before any view draws it."""
+        if not self.large or event.new is None:
+            return
+        t0 = self.origin_ns()
+        lo, hi = (t0 + int(v * 1e9) for v in event.new)
+        if not self._covers(lo, hi):
+            self.move_window(lo, hi, keep_start=self.range_is_incident)
 
     def _read_whole_in_background(self) -> None:
         if self._whole is not None and not self._whole.done():
@@ -740,6 +886,8 @@ class DataStore(RolloutRows, param.Parameterized):
         th = self.frames["run_thresholds"]
         if len(th) and pd.notna(th.origin_ns.iloc[0]):
             return int(th.origin_ns.iloc[0])
+        if self._run_span is not None:  # window mode: the frames start at the window
+            return self._run_span[0]
         starts = [int(df[c].min()) for name, df in self.frames.items()
                   for c in VIEWS[name].times[:1] if len(df) and df[c].notna().any()]
         return min(starts) if starts else 0
@@ -748,7 +896,10 @@ class DataStore(RolloutRows, param.Parameterized):
         """'Now' for drawing open intervals: the latest time any view row mentions (remembered
         until a frame changes: a first render asks a dozen times, each a pass over every
         row's times)."""
-        return self.derived(("last_seen",), tuple(VIEWS), self._last_seen_ns)
+        seen = self.derived(("last_seen",), tuple(VIEWS), self._last_seen_ns)
+        if self._run_span is not None:  # window mode: the frames may end before the run
+            return max(seen, self._run_span[1])
+        return seen
 
     def _last_seen_ns(self) -> int:
         ends = []
@@ -808,7 +959,8 @@ class DataStore(RolloutRows, param.Parameterized):
         if self.run_id is None:
             return None
         maintained = bool(getattr(self.store, "maintained", False))
-        if not maintained and len(self.frames["rollout_attempts"]) > PICTURE_FROM_ROWS_UP_TO:
+        if not maintained and (self.large or
+                               len(self.frames["rollout_attempts"]) > PICTURE_FROM_ROWS_UP_TO):
             return None
         length_s = max(self.last_seen_ns() - self.origin_ns(), 0) / 1e9
         width = run_picture.bucket_s(length_s)

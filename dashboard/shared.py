@@ -53,9 +53,13 @@ from rolloutscope.dashboard.defaults import (  # noqa: F401 - the settings' name
     DEFAULT_MAX_SESSIONS,
     DEFAULT_MEMORY_MIB,
     DEFAULT_READ_TIMEOUT_S,
+    DEFAULT_WINDOW_MINUTES,
+    DEFAULT_WINDOW_SPANS,
     MEMORY_ENV,
     READ_TIMEOUT_ENV,
     SESSIONS_ENV,
+    WINDOW_MINUTES_ENV,
+    WINDOW_SPANS_ENV,
 )
 
 log = logging.getLogger(__name__)
@@ -87,6 +91,10 @@ class DashboardLimits:
     build_wait_s: float = 10.0  # a page request that waited longer gets the busy page
     session_reserve_mib: int = 256  # the room a new session needs under the bound
     live_ttl_s: float = 5.0  # how long a read of a changing store is shared
+    # window mode: a run of more spans has its interval views read for a stretch of time, the
+    # last ``window_minutes`` when a session opens (``DataStore`` window)
+    window_spans: int = DEFAULT_WINDOW_SPANS
+    window_minutes: float = DEFAULT_WINDOW_MINUTES
 
     def __post_init__(self) -> None:
         if self.memory_mib < 256:
@@ -96,6 +104,8 @@ class DashboardLimits:
             raise ValueError("max_sessions and max_builds must be positive")
         if not self.read_timeout_s > 0:
             raise ValueError(f"the read time limit must be positive, got {self.read_timeout_s}")
+        if self.window_spans < 0 or not self.window_minutes > 0:
+            raise ValueError("the window mode's span count must be >= 0 and its minutes > 0")
 
     @property
     def memory_bytes(self) -> int:
@@ -116,7 +126,9 @@ class DashboardLimits:
         out = {}
         for name, var, kind in (("memory_mib", MEMORY_ENV, int),
                                 ("max_sessions", SESSIONS_ENV, int),
-                                ("read_timeout_s", READ_TIMEOUT_ENV, float)):
+                                ("read_timeout_s", READ_TIMEOUT_ENV, float),
+                                ("window_spans", WINDOW_SPANS_ENV, int),
+                                ("window_minutes", WINDOW_MINUTES_ENV, float)):
             if given.get(name) is not None:
                 out[name] = kind(given[name])
             elif env.get(var):

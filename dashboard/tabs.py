@@ -127,6 +127,37 @@ def waiting_text(data: DataStore) -> str:
             f"with rolloutscope serve --db {data.store.path}, or import a capture.")
 
 
+def window_text(data: DataStore) -> str:
+    """What the window mode shows, in words ("" for a run read whole)."""
+    shown = data.window_seconds()
+    if shown is None:
+        return ""
+    t0 = data.origin_ns()
+    lo, hi = (_utc(t0 + int(v * S))[11:19] for v in shown)
+    length = max(data.last_seen_ns() - t0, 0) / S
+    run = f"{length / 3600:,.1f} h" if length >= 3600 else f"{length / 60:,.0f} min"
+    head = ", following its head" if data.window[1] is None and data.live else ""
+    return (f"Rows of {lo}–{hi} UTC ({shown[0]:,.0f} s to {shown[1]:,.0f} s) of a {run} run"
+            f"{head}: the run is large, so this tab reads one stretch of it. Pick another "
+            f"stretch on the Overview (drag across the whole-run picture), pick an incident, "
+            f"or zoom out on a time plot.")
+
+
+def window_note(data: DataStore) -> pn.pane.HTML:
+    """The window mode's note (hidden for a run read whole), kept up as the window moves."""
+    pane = pn.pane.HTML(stylesheets=[CSS], sizing_mode="stretch_width", margin=(0, 10))
+
+    def show(*_):
+        text = window_text(data)
+        pane.object = (f"<div class='rs-note rs-window'>{html.escape(text)}</div>"
+                       if text else "")
+        pane.visible = bool(text)
+
+    show()
+    data.param.watch(show, ["window", "version"])
+    return pane
+
+
 class View(pn.viewable.Viewer):
     data = param.ClassSelector(class_=DataStore)
     shown = param.Boolean(default=True, doc="on screen: follows the data; hidden views wait")
@@ -339,6 +370,7 @@ class Overview(View):
         self._changed("holdings", "span_catalog", "services")
         self._picture = pn.pane.HoloViews(sizing_mode="stretch_width")
         self._picture_note = pn.pane.HTML(stylesheets=[CSS], sizing_mode="stretch_width")
+        self.pick: hv.streams.BoundsX | None = None  # window mode: a stretch picked on it
         self._draw_picture()
         self._table.param.watch(self._on_select, "selection")
         self.param.watch(self._on_version, "revision")
@@ -375,12 +407,30 @@ class Overview(View):
                 if self.data.run_id is not None else "")
             return
         buckets, width = got
-        self._picture.object = run_picture.figure(buckets, width, self._t0())
+        picture = run_picture.figure(buckets, width, self._t0())
+        pick = ""
+        if self.data.large:
+            picture = self._pickable(picture)
+            pick = ("; drag across it (box select) to read that stretch on every tab")
+        self._picture.object = picture
         self._picture.visible = True
         self._picture_note.object = (
             f"<span class='rs-note'><b>The whole run</b>, in {len(buckets):,} buckets of "
             f"{width:g} s, from the store's per-second sums (its cost follows the run's "
-            f"length, not its rows)</span>")
+            f"length, not its rows){pick}</span>")
+
+    def _pickable(self, picture: hv.Layout) -> hv.Layout:
+        """Window mode: a stretch selected across the picture (``xbox_select``) becomes the
+        time range of every tab, which moves the DataStore's window onto it."""
+        gauges = picture[0].opts(tools=["hover", "xbox_select"], active_tools=["xbox_select"])
+        self.pick = hv.streams.BoundsX(source=gauges)
+        self.pick.add_subscriber(self._picked)
+        return picture
+
+    def _picked(self, boundsx=None, **_) -> None:
+        if boundsx is None or None in boundsx or not boundsx[1] > boundsx[0]:
+            return
+        self.data.show_range((float(boundsx[0]), float(boundsx[1])))
 
     def _on_version(self, event) -> None:
         if self._changed("picture", "rollout_attempts", "parked_intervals", "shard_states",
@@ -468,7 +518,8 @@ class Overview(View):
             title="What this run holds",
             collapsed=self.data.state() == "ok" and "rl" in self.data.dialects(),
             sizing_mode="stretch_width")
-        return pn.Column(self.header, self.indicators, self._picture_note, self._picture,
+        return pn.Column(self.header, window_note(self.data), self.indicators,
+                         self._picture_note, self._picture,
                          pn.pane.HTML("<b>Incidents</b> <span class='rs-note'>newest first; "
                                       "select one to follow it on the timeline</span>",
                                       stylesheets=[CSS]),
@@ -593,7 +644,7 @@ class Checkpoints(View):
 
     def __panel__(self):
         return pn.Column(
-            self._empty,
+            window_note(self.data), self._empty,
             pn.Row(pn.Column("**Snapshot windows** (admission closed → reopened)",
                              self._windows, sizing_mode="stretch_width"),
                    pn.Column(self._distribution, sizing_mode="stretch_width"),
@@ -736,7 +787,7 @@ class Rollouts(View):
             pn.widgets.CheckButtonGroup.from_param(self.data.param.outcomes, label="outcome"),
             pn.widgets.Select.from_param(self.data.param.failure_class, label="failure class",
                                          width=110))
-        return pn.Column(self._empty, self._overlap,
+        return pn.Column(window_note(self.data), self._empty, self._overlap,
                          "**Attempts** (RL tries and Gym rollout attempts; filter by outcome, "
                          "none selected = all; select one to open its trace)",
                          filters, self._table, self._gym_part, sizing_mode="stretch_width")

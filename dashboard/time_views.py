@@ -28,6 +28,7 @@ from rolloutscope.dashboard.tabs import (
     plot_title,
     scrolling,
     text_table,
+    window_note,
 )
 
 S = 1e9
@@ -57,6 +58,8 @@ class Timeline(TimeView):
 
     def _extent(self) -> tuple[float, float]:
         d = self.data
+        if d.windowed:  # window mode: the window the frames hold
+            return d.shown_stretch()
         whole = d.whole_run()
         t0 = d.origin_ns()
         starts, ends = [], []
@@ -158,8 +161,8 @@ class Timeline(TimeView):
 
         parts()
         self.param.watch(parts, "revision")
-        return pn.Column(controls, self.note, scrolling(lanes), gauge_part, serving_part,
-                         sizing_mode="stretch_width")
+        return pn.Column(controls, window_note(d), self.note, scrolling(lanes), gauge_part,
+                         serving_part, sizing_mode="stretch_width")
 
 
 def committed_label(data: DataStore) -> str:
@@ -248,7 +251,7 @@ class Fleet(TimeView):
         d = self.data
         frames = self._frames(keep=FLEET_LANES)
         return tf.lane_layers(frames, t0_ns=d.origin_ns(), now_ns=d.last_seen_ns(),
-                            xlim=self.xlim(d.whole_run()), markers=False)
+                            xlim=self.xlim(d.shown_stretch()), markers=False)
 
     def serving_figure(self):
         d = self.data
@@ -256,7 +259,7 @@ class Fleet(TimeView):
         return tf.serving_layers(d.frames["shard_states"], t0_ns=t0, now_ns=d.last_seen_ns(),
                                router=plots.router_samples(d.frames["serving_samples"], t0),
                                fleet=plots.fleet_samples(d.frames["serving_samples"], t0),
-                               xlim=self.xlim(d.whole_run()))
+                               xlim=self.xlim(d.shown_stretch()))
 
     def plots(self) -> list:
         """The shard lanes and the serving plot, on one x range."""
@@ -277,7 +280,7 @@ class Fleet(TimeView):
         self._plots[:] = [plot_title("Shards"), self._lane_key, scrolling(lanes),
                           plot_title("Serving"), key_pane(tl.key_html(tl.SERVING_KEY)),
                           serving, self._router_note]
-        return pn.Column(self._empty, self._plots, pn.Row(
+        return pn.Column(window_note(self.data), self._empty, self._plots, pn.Row(
             pn.Column("**Transitions** (trigger, streak counters, error)", self._transitions,
                       sizing_mode="stretch_width"),
             pn.Column(plot_title("Worst failure streak per shard"), self._streak_note,

@@ -1,0 +1,212 @@
+"""Window mode (docs/dashboard.md#window-mode): a run larger than the dashboard's span threshold
+has its interval views read for a stretch of time. On a synthetic run with the threshold set
+low: the frames hold exactly the rows of the window (against a direct query of the views),
+moving the window reads the new stretch's rows, sessions share a window's frames, the tabs say
+which stretch they show, the whole-run picture still covers the run, and a run under the
+threshold is read whole as before."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from rolloutscope.dashboard import run_picture
+from rolloutscope.dashboard import shared as sh
+from rolloutscope.dashboard.datastore import VIEWS, DataStore
+from rolloutscope.dashboard.tabs import Checkpoints, Overview, Rollouts, window_text
+from rolloutscope.dashboard.time_views import Fleet, Timeline
+from rolloutscope.store import RunStore
+from tests.synthetic_run import synthetic_run
+
+WINDOWED = {name: spec.times for name, spec in VIEWS.items() if spec.times}
+S = 10**9
+
+
+@pytest.fixture(scope="module")
+def path(tmp_path_factory):
+    return synthetic_run(tmp_path_factory.mktemp("window") / "run.duckdb", spans=20_000)
+
+
+@pytest.fixture(scope="module")
+def store(path):
+    with RunStore(path, read_only=True) as s:
+        yield s
+
+
+def reads(window_spans: int = 1_000, minutes: float = 15.0) -> sh.SharedReads:
+    return sh.SharedReads(sh.DashboardLimits(window_spans=window_spans, window_minutes=minutes))
+
+
+def expected(store: RunStore, run: str, name: str, lo: int, hi: int | None) -> pd.DataFrame:
+    """The rows of view ``name`` overlapping [lo, hi), read from the view itself."""
+    start, end = WINDOWED[name]
+    sql = f"SELECT * FROM {name} WHERE run_id = ? AND ({end} IS NULL OR {end} >= ?)"
+    params = [run, lo]
+    if hi is not None:
+        sql += f" AND {start} < ?"
+        params.append(hi)
+    return store.query_df(sql, params)
+
+
+def keys(df: pd.DataFrame, name: str) -> list[tuple]:
+    key = VIEWS[name].key
+    return sorted(tuple(str(v) for v in row) for row in df[list(key)].itertuples(index=False))
+
+
+def assert_window_rows(data: DataStore, store: RunStore) -> int:
+    """Every interval frame holds the rows of the window, no more and no fewer; their count."""
+    lo, hi = data.window
+    total = 0
+    for name in WINDOWED:
+        if not len(data.frames[name]) and not data._view_present(name):
+            continue
+        want = expected(store, data.run_id, name, lo, hi)
+        assert keys(data.frames[name], name) == keys(want, name), name
+        total += len(want)
+    return total
+
+
+def test_a_large_run_opens_on_its_last_minutes(store):
+    data = DataStore(store, shared=reads())
+    first, last = store.query("SELECT first_seen_ns, last_seen_ns FROM runs WHERE run_id = ?",
+                              [data.run_id])[0]
+    assert data.large and data.window == (last - 15 * 60 * S, None)
+    n = assert_window_rows(data, store)
+    whole = sum(len(expected(store, data.run_id, name, first, None)) for name in WINDOWED)
+    assert 0 < n < whole / 2, (n, whole)
+    # the run's time is still the run's, not the window's
+    assert data.origin_ns() == first and data.last_seen_ns() == last
+    assert data.window_seconds() == ((last - first) / S - 900, (last - first) / S)
+
+
+def test_moving_the_window_reads_the_new_stretch(store):
+    data = DataStore(store, shared=reads())
+    old = data.frames["rollout_attempts"]
+    data.show_range((600.0, 700.0))  # an incident picked, a link, a stretch of the picture
+    lo, hi = data.window
+    t0 = data.origin_ns()
+    # widened to the window's length around the pick
+    assert (lo, hi) == (t0 + 200 * S, t0 + 1100 * S)
+    assert_window_rows(data, store)
+    assert set(data.frames["rollout_attempts"].span_id) != set(old.span_id)
+    # a zoom inside the window reads nothing
+    frame = data.frames["rollout_attempts"]
+    data.show_range((650.0, 660.0))
+    assert data.window == (lo, hi) and data.frames["rollout_attempts"] is frame
+    # the whole run, up to the head (cut to its last two hours: this one is shorter)
+    data.show_range(data.whole_run())
+    assert data.window == (max(data.last_seen_ns() - 120 * 60 * S, t0), None)
+    assert_window_rows(data, store)
+    # a stretch longer than the most a window holds is cut to its end
+    data = DataStore(store, shared=reads())
+    data.window_max_s = 1000.0
+    data.show_range((1000.0, 3000.0))
+    assert data.window == (t0 + 2000 * S, t0 + 3000 * S)
+    assert_window_rows(data, store)
+
+
+def test_picking_an_incident_reads_its_stretch_from_its_start(store):
+    data = DataStore(store, shared=reads())
+    data.window_max_s = 1000.0
+    inc = data.incidents()
+    oldest = inc.iloc[-1]  # still open: its stretch runs to the run's end
+    assert oldest.start_ns < data.window[0]
+    data.incident = str(oldest.incident_id)
+    lo, hi = data.window
+    assert lo <= oldest.start_ns < hi and hi - lo == 1000 * S
+    assert_window_rows(data, store)
+    drawn = data.frames["rollout_attempts"]
+    assert len(drawn) and drawn.start_ns.min() < oldest.start_ns
+
+
+def test_sessions_share_the_frames_of_a_window(store):
+    shared = reads()
+    a, b = DataStore(store, shared=shared), DataStore(store, shared=shared)
+    assert b.frames["rollout_attempts"] is a.frames["rollout_attempts"]
+    a.show_range((600.0, 700.0))
+    assert b.frames["rollout_attempts"] is not a.frames["rollout_attempts"]
+    b.show_range((600.0, 700.0))
+    assert b.window == a.window and b.frames["rollout_attempts"] is a.frames["rollout_attempts"]
+
+
+def test_the_tabs_say_which_stretch_they_show_and_draw_it(store):
+    data = DataStore(store, shared=reads())
+    text = window_text(data)
+    hours = (data.last_seen_ns() - data.origin_ns()) / S / 3600
+    assert f"of a {hours:,.1f} h run" in text and "Pick another stretch on the Overview" in text
+    timeline, fleet = Timeline(data), Fleet(data)
+    assert timeline.xlim() == data.window_seconds() == fleet.xlim(data.shown_stretch())
+    for view in (timeline, fleet, Rollouts(data), Checkpoints(data), Overview(data)):
+        pane = view.__panel__()
+        notes = [o for o in pane.objects if "rs-window" in str(getattr(o, "object", ""))]
+        assert notes and notes[0].visible, type(view).__name__
+    lanes = timeline.lane_figure()
+    assert lanes.xlim == data.window_seconds()
+
+
+def test_a_stretch_picked_on_the_whole_run_picture_moves_the_window(store):
+    data = DataStore(store, shared=reads())
+    view = Overview(data)
+    buckets, width = data.run_buckets()
+    # the picture still covers the whole run: the same as a session reading it whole draws
+    whole = DataStore(store, shared=reads(window_spans=10**9))
+    assert not whole.large
+    expected_buckets, expected_width = whole.run_buckets()
+    assert width == expected_width and len(buckets) <= run_picture.MAX_BUCKETS
+    pd.testing.assert_frame_equal(buckets, expected_buckets)
+    assert buckets.bucket_ns.min() - data.origin_ns() < width * S
+    assert view.pick is not None
+    view.pick.event(boundsx=(1000.0, 2500.0))
+    t0 = data.origin_ns()
+    assert data.window == (t0 + 1000 * S, t0 + 2500 * S)
+    assert data.time_range == (1000.0, 2500.0)
+    assert_window_rows(data, store)
+
+
+def test_a_run_under_the_threshold_is_read_whole(store):
+    shared = reads(window_spans=10**9)
+    data = DataStore(store, shared=shared)
+    assert not data.large and data.window is None and window_text(data) == ""
+    for name in ("rollout_attempts", "deadlines", "shard_states"):
+        assert len(data.frames[name]) == len(store.view(name, run_id=data.run_id)), name
+    data.show_range((600.0, 700.0))
+    assert data.window is None
+    assert Overview(data).pick is None
+
+
+def test_live_the_window_follows_the_head_and_ticks_read_within_it(tmp_path):
+    from rolloutscope.collectors.exporter import instrument
+    from rolloutscope.vocabulary import Attr, SpanName
+    from tests.store.conftest import SpanKit
+
+    inst = instrument(tmp_path / "live.duckdb", service_name="tests", run_id="live")
+    try:
+        kit = SpanKit(inst)
+
+        def attempt(rollout: str, start: float, end: float | None):
+            attrs = {Attr.ROLLOUT_ID: rollout, Attr.RL_ATTEMPT: 0, Attr.PROMPT_IDX: 0}
+            if end is None:
+                return kit.open(SpanName.RL_ATTEMPT, start, attrs)
+            return kit.span(SpanName.RL_ATTEMPT, start, end, attrs)
+
+        attempt("a", 0, 10)
+        attempt("b", 5, None)  # open: in every window
+        attempt("c", 2000, 2010)
+        kit.flush()
+        data = DataStore(inst.store, live=True, shared=reads(window_spans=0, minutes=1))
+        shown = lambda: sorted(data.frames["rollout_attempts"].rollout_id)  # noqa: E731
+        assert data.large and data.window[1] is None
+        assert shown() == ["b", "c"]
+        attempt("d", 2030, 2040)
+        kit.flush()
+        data.tick()  # incremental: the rows since the last read, within the window
+        assert shown() == ["b", "c", "d"]
+        attempt("e", 3000, 3010)
+        kit.flush()
+        data.refresh(full=True)  # a full reload moves the window to the head
+        first = data.origin_ns()
+        assert data.window == (data.last_seen_ns() - 60 * S, None)
+        assert data.window[0] > first + 2040 * S
+        assert shown() == ["b", "e"]
+    finally:
+        inst.shutdown()
