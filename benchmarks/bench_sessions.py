@@ -76,9 +76,15 @@ def settled_rss(pid: int, still_s: float = 1.0, timeout_s: float = 20.0) -> floa
 
 
 def one_server(run: str, old: bool, sessions: int, memory_mib: int, browser) -> dict:
-    proc = subprocess.Popen([sys.executable, __file__, "--serve", run, "--memory-mib",
-                             str(memory_mib), *(["--old"] if old else [])],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return open_sessions([sys.executable, __file__, "--serve", run, "--memory-mib",
+                          str(memory_mib), *(["--old"] if old else [])], sessions, browser)
+
+
+def open_sessions(cmd: list[str], sessions: int, browser) -> dict:
+    """Start the server ``cmd`` (it prints READY and its URL), open ``sessions`` pages in
+    Chromium one after another, each until the Overview has drawn: each page's open time and
+    the server's settled RSS before and after each."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         url = None
         while url is None:

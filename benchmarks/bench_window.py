@@ -31,14 +31,13 @@ import argparse
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_sessions import CHROMIUM, FLAGS, READY, settled_rss  # noqa: E402
+from bench_sessions import CHROMIUM, FLAGS, READY, open_sessions  # noqa: E402
 
 WHOLE_SPANS = 10**12  # a threshold no run reaches: the whole run read, as before window mode
 
@@ -97,40 +96,9 @@ def rows_of(data) -> int:
 
 def served(run: str, mode: str, sessions: int, memory_mib: int, threads: int,
            browser) -> dict:
-    proc = subprocess.Popen([sys.executable, __file__, "--serve", run, "--mode", mode,
-                             "--memory-mib", str(memory_mib), "--threads", str(threads)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        url = None
-        while url is None:
-            line = proc.stdout.readline()
-            if not line:
-                raise RuntimeError("the server did not start")
-            if READY in line:
-                url = line.split(READY, 1)[1].strip()
-        rss = [settled_rss(proc.pid)]
-        opens, contexts = [], []
-        for _ in range(sessions):
-            ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
-            contexts.append(ctx)
-            page = ctx.new_page()
-            page.set_default_timeout(300_000)
-            t = time.perf_counter()
-            page.goto(url)
-            page.get_by_text("rollouts committed").first.wait_for()
-            page.locator(".tabulator-row").first.wait_for()
-            opens.append(time.perf_counter() - t)
-            rss.append(settled_rss(proc.pid))
-        for ctx in contexts:
-            ctx.close()
-        return {"open_s": opens, "rss_mib": rss}
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+    return open_sessions([sys.executable, __file__, "--serve", run, "--mode", mode,
+                          "--memory-mib", str(memory_mib), "--threads", str(threads)],
+                         sessions, browser)
 
 
 def main() -> int:

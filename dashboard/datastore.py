@@ -438,16 +438,20 @@ class DataStore(RolloutRows, param.Parameterized):
             where.append(f"({end} IS NULL OR {end} >= ? OR {start} >= ?)")
             params += [since, since]
         if window is not None:
-            # the rows overlapping [lo, hi): maintained rows are appended in start order, so
-            # DuckDB's zonemaps skip the row groups of other times
+            # the rows overlapping [lo, hi): those ended by their end, the open ones apart.
+            # Maintained rows are appended as their spans end, so DuckDB's zonemaps skip the
+            # row groups that ended before lo; an OR of the two would be read whole
             start, end = spec.times
             lo, hi = window
-            where.append(f"({end} IS NULL OR {end} >= ?)")
-            params.append(int(lo))
             if hi is not None:
                 where.append(f"{start} < ?")
                 params.append(int(hi))
-        sql = f"SELECT * FROM {source}" + (f" WHERE {' AND '.join(where)}" if where else "")
+            both = " AND ".join(where) + " AND " if where else ""
+            sql = (f"SELECT * FROM {source} WHERE {both}{end} >= ? UNION ALL "
+                   f"SELECT * FROM {source} WHERE {both}{end} IS NULL")
+            params = [*params, int(lo), *params]
+        else:
+            sql = f"SELECT * FROM {source}" + (f" WHERE {' AND '.join(where)}" if where else "")
         if spec.cap is not None:
             sql += f" ORDER BY {spec.latest} LIMIT {int(spec.cap)}"
         return sql, params

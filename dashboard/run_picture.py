@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-import holoviews as hv
+import numpy as np
 import pandas as pd
 
 from rolloutscope.dashboard import style
@@ -38,23 +38,50 @@ def read(store, run_id: str, length_s: float) -> tuple[pd.DataFrame, int]:
     return summaries.buckets(store, run_id, width), width
 
 
-def figure(buckets: pd.DataFrame, width_s: int, t0_ns: int) -> hv.Layout:
-    """Gauges over the run above the counts per bucket, x in seconds from the run's start."""
-    x = (buckets.bucket_ns.astype("float64") - t0_ns) / 1e9 if len(buckets) else pd.Series(
-        dtype="float64")
-    common = dict(responsive=True, show_grid=True, tools=["hover"], xlabel="seconds",
-                  fontsize={"xticks": "9pt", "yticks": "9pt"})
-    gauges = hv.Overlay([
-        hv.Curve((x + width_s, buckets[g] if len(buckets) else []), "seconds", "count",
-                 label=GAUGE_LABELS[g]).opts(interpolation="steps-pre", color=GAUGE_COLORS[g])
-        for g in GAUGE_LABELS]).opts(height=170, legend_position="top_left", ylabel="now",
-                                     **common)
-    counts = hv.Overlay([
-        hv.Curve((x + width_s / 2, buckets[c] if len(buckets) else []), "seconds", "count",
-                 label=COUNT_LABELS[c]).opts(interpolation="steps-mid", color=COUNT_COLORS[c])
-        for c in COUNT_LABELS]).opts(height=170, legend_position="top_left",
-                                     ylabel=f"per {width_s:g} s", **common)
-    return (gauges + counts).cols(1).opts(shared_axes=True)
+def figure(buckets: pd.DataFrame, width_s: int, t0_ns: int, *, pickable: bool = False):
+    """Gauges over the run above the counts per bucket, x in seconds from the run's start: a
+    Bokeh column of two plots sharing their x range. ``pickable``: the gauges take a box select
+    across x (window mode: ``Overview`` hears the stretch through ``PICK_EVENT``)."""
+    from bokeh.layouts import column
+    from bokeh.models import BoxSelectTool, ColumnDataSource, HoverTool, Range1d
+    from bokeh.plotting import figure as bokeh_figure
+
+    x = ((buckets.bucket_ns.astype("float64") - t0_ns) / 1e9).to_numpy() if len(buckets) \
+        else np.array([], dtype="float64")
+    hi = float(x.max()) + width_s if len(x) else 1.0
+    x_range = Range1d(min(0.0, float(x.min())) if len(x) else 0.0, hi)
+
+    def plot(columns: dict[str, str], colors: dict[str, str], ylabel: str, at: float, mode: str):
+        fig = bokeh_figure(height=170, sizing_mode="stretch_width", x_range=x_range,
+                           tools="xpan,xwheel_zoom,reset,save", toolbar_location="right",
+                           x_axis_label="seconds", y_axis_label=ylabel)
+        for col, label in columns.items():
+            y = buckets[col].to_numpy(dtype="float64") if len(buckets) else np.array([])
+            source = ColumnDataSource({"x": x + at, "y": y})
+            fig.step("x", "y", source=source, mode=mode, color=colors[col], legend_label=label,
+                     line_width=1.5, name=label)
+        fig.add_tools(HoverTool(tooltips=[("s", "@x{0,0}"), ("value", "@y{0,0.[00]}")]))
+        fig.legend.location = "top_left"
+        fig.legend.label_text_font_size = "9pt"
+        return fig
+
+    gauges = plot(GAUGE_LABELS, GAUGE_COLORS, "now", float(width_s), "before")
+    counts = plot(COUNT_LABELS, COUNT_COLORS, f"per {width_s:g} s", width_s / 2, "center")
+    if pickable:
+        select = BoxSelectTool(dimensions="width")
+        gauges.add_tools(select)
+        gauges.toolbar.active_drag = select
+    return column(gauges, counts, sizing_mode="stretch_width")
 
 
-__all__ = ["MAX_BUCKETS", "bucket_s", "figure", "read"]
+def curves(layout) -> dict[str, pd.DataFrame]:
+    """Each drawn line's (x, y) by its label: what a test reads back from ``figure``."""
+    out = {}
+    for fig in layout.children:
+        for r in fig.renderers:
+            out[r.name] = pd.DataFrame({"x": list(r.data_source.data["x"]),
+                                        "y": list(r.data_source.data["y"])})
+    return out
+
+
+__all__ = ["MAX_BUCKETS", "bucket_s", "curves", "figure", "read"]

@@ -357,6 +357,16 @@ def scrolling(pane: pn.pane.Bokeh) -> pn.Column:
                      sizing_mode="stretch_width")
 
 
+class _Pick:
+    """A stretch picked on the whole-run picture: ``event(boundsx=(x0, x1))`` hands it on."""
+
+    def __init__(self, to) -> None:
+        self._to = to
+
+    def event(self, boundsx=None) -> None:
+        self._to(boundsx=boundsx)
+
+
 class Overview(View):
     """Run header, live indicators, and the incident list (newest first, one sentence each)."""
 
@@ -368,9 +378,9 @@ class Overview(View):
         self._services = text_table(self._service_rows(), page_size=10)
         self._changed("incidents", "incidents", "run_thresholds")
         self._changed("holdings", "span_catalog", "services")
-        self._picture = pn.pane.HoloViews(sizing_mode="stretch_width")
+        self._picture = pn.pane.Bokeh(sizing_mode="stretch_width")
         self._picture_note = pn.pane.HTML(stylesheets=[CSS], sizing_mode="stretch_width")
-        self.pick: hv.streams.BoundsX | None = None  # window mode: a stretch picked on it
+        self.pick: _Pick | None = None  # window mode: a stretch picked on it
         self._draw_picture()
         self._table.param.watch(self._on_select, "selection")
         self.param.watch(self._on_version, "revision")
@@ -397,6 +407,13 @@ class Overview(View):
         """The whole run from the store's kept per-second sums (``run_picture``)."""
         self._changed("picture", "rollout_attempts", "parked_intervals", "shard_states",
                       "deadlines")
+        if not self.data.large:
+            # a run read whole: the Timeline draws all of it already. (With the picture on the
+            # page, a served Overview's incident list stopped answering a click in Chromium:
+            # tests/dashboard/test_browser.py; a large run's page still has it)
+            self._picture.visible = False
+            self._picture_note.object = ""
+            return
         got = self.data.run_buckets()
         if got is None:
             self._picture.visible = False
@@ -407,10 +424,10 @@ class Overview(View):
                 if self.data.run_id is not None else "")
             return
         buckets, width = got
-        picture = run_picture.figure(buckets, width, self._t0())
+        picture = run_picture.figure(buckets, width, self._t0(), pickable=self.data.large)
         pick = ""
         if self.data.large:
-            picture = self._pickable(picture)
+            self._pickable(picture)
             pick = ("; drag across it (box select) to read that stretch on every tab")
         self._picture.object = picture
         self._picture.visible = True
@@ -419,13 +436,15 @@ class Overview(View):
             f"{width:g} s, from the store's per-second sums (its cost follows the run's "
             f"length, not its rows){pick}</span>")
 
-    def _pickable(self, picture: hv.Layout) -> hv.Layout:
-        """Window mode: a stretch selected across the picture (``xbox_select``) becomes the
-        time range of every tab, which moves the DataStore's window onto it."""
-        gauges = picture[0].opts(tools=["hover", "xbox_select"], active_tools=["xbox_select"])
-        self.pick = hv.streams.BoundsX(source=gauges)
-        self.pick.add_subscriber(self._picked)
-        return picture
+    def _pickable(self, picture) -> None:
+        """Window mode: a stretch selected across the picture's gauges (its box select) becomes
+        the time range of every tab, which moves the DataStore's window onto it."""
+        from bokeh.events import SelectionGeometry
+
+        self.pick = _Pick(self._picked)
+        picture.children[0].on_event(
+            SelectionGeometry,
+            lambda e: self.pick.event(boundsx=(e.geometry.get("x0"), e.geometry.get("x1"))))
 
     def _picked(self, boundsx=None, **_) -> None:
         if boundsx is None or None in boundsx or not boundsx[1] > boundsx[0]:

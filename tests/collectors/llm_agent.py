@@ -21,32 +21,13 @@ from __future__ import annotations
 import json
 import sys
 
-import httpx
 import openai
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from llm_client import MODEL, Count
+from llm_client import MODEL, instrumented
 
 
 def main(dialect: str, endpoint: str, run_id: str, backend: str) -> None:
-    provider = TracerProvider(resource=Resource.create({"service.name": f"agent-{dialect}",
-                                                        "nemo.run.id": run_id}))
-    count = Count()
-    provider.add_span_processor(count)
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(
-        endpoint=f"{endpoint}/v1/traces")))
-    if dialect == "genai":
-        from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
-    else:
-        from openinference.instrumentation.openai import OpenAIInstrumentor
-    OpenAIInstrumentor().instrument(tracer_provider=provider)
-    tracer = provider.get_tracer("agent")
-    traced_http = httpx.Client()
-    HTTPXClientInstrumentor.instrument_client(traced_http, tracer_provider=provider)
+    provider, count, tracer, traced_http = instrumented(dialect, endpoint, run_id)
     plain = openai.OpenAI(base_url=f"{backend}/v1", api_key="test", max_retries=0)
     traced = openai.OpenAI(base_url=f"{backend}/v1", api_key="test", max_retries=0,
                            http_client=traced_http)

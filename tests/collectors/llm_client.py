@@ -50,7 +50,10 @@ def call(client: openai.OpenAI, text: str) -> None:
         pass
 
 
-def main(dialect: str, endpoint: str, run_id: str, backend_a: str, backend_b: str) -> None:
+def instrumented(dialect: str, endpoint: str, run_id: str):
+    """An agent's tracer provider exporting to ``endpoint``, the openai SDK instrumented in
+    ``dialect`` (genai | openinference), with its span count, tracer and a traced httpx
+    client: (provider, count, tracer, traced_http)."""
     provider = TracerProvider(resource=Resource.create({"service.name": f"agent-{dialect}",
                                                         "nemo.run.id": run_id}))
     count = Count()
@@ -65,6 +68,11 @@ def main(dialect: str, endpoint: str, run_id: str, backend_a: str, backend_b: st
     tracer = provider.get_tracer("agent")
     traced_http = httpx.Client()
     HTTPXClientInstrumentor.instrument_client(traced_http, tracer_provider=provider)
+    return provider, count, tracer, traced_http
+
+
+def main(dialect: str, endpoint: str, run_id: str, backend_a: str, backend_b: str) -> None:
+    provider, count, tracer, traced_http = instrumented(dialect, endpoint, run_id)
 
     a = openai.OpenAI(base_url=f"{backend_a}/v1", api_key="test", max_retries=0)
     b = openai.OpenAI(base_url=f"{backend_b}/v1", api_key="test", max_retries=0)

@@ -4,13 +4,12 @@ through a collector, and a store that keeps no sums draws it from the views' row
 
 from __future__ import annotations
 
-import holoviews as hv
 import panel as pn
 import pytest
 
 from rolloutscope.dashboard import run_picture
 from rolloutscope.dashboard.datastore import DataStore
-from rolloutscope.dashboard.shared import SharedReads
+from rolloutscope.dashboard.shared import DashboardLimits, SharedReads
 from rolloutscope.dashboard.tabs import Overview
 from rolloutscope.replay.run_scenario import replay_into_store
 from rolloutscope.replay.scenarios import get
@@ -65,19 +64,26 @@ def test_the_buckets_sum_to_the_views_rows(path):
             _check(buckets, expected)
 
 
+def _large(**kw) -> SharedReads:
+    """A server whose sessions read any run of more than 100 spans as a large one."""
+    return SharedReads(DashboardLimits(window_spans=100, **kw))
+
+
 def test_the_overview_draws_it_in_at_most_max_buckets(path):
     with RunStore(path, read_only=True) as store:
-        data = DataStore(store)
+        data = DataStore(store, shared=_large())
+        assert data.large
         view = Overview(data)
         buckets, width = data.run_buckets()
         assert view._picture.visible and f"of {width:g} s" in view._picture_note.object
         length_s = (data.last_seen_ns() - data.origin_ns()) / 1e9
         assert len(buckets) <= run_picture.MAX_BUCKETS and width * run_picture.MAX_BUCKETS \
             >= length_s
-        layout = view._picture.object
-        assert isinstance(layout, hv.Layout)
-        drawn = {c.label: c.dframe() for overlay in layout for c in overlay}
-        assert drawn["committed"].iloc[:, 1].sum() == _expected(store)["committed"]
+        drawn = run_picture.curves(view._picture.object)
+        assert set(drawn) == {*run_picture.GAUGE_LABELS.values(),
+                              *run_picture.COUNT_LABELS.values()}
+        assert drawn["committed"].y.sum() == _expected(store)["committed"]
+        assert drawn["tries in flight"].y.iloc[-1] == _expected(store)["in_flight"]
         assert pn.panel(view).get_root() is not None
         # sessions of one server read the buckets once
         shared = SharedReads()
@@ -93,7 +99,7 @@ def test_a_store_that_keeps_no_sums_draws_it_from_the_views(path, tmp_path):
     with RunStore(old, read_only=True) as store:
         assert not store.maintained
         _check(summaries.buckets(store, RUN, 30), _expected(store))
-        assert Overview(DataStore(store))._picture.visible
+        assert DataStore(store).run_buckets() is not None
 
 
 def test_it_reads_the_same_through_a_collector(path, tmp_path):
@@ -115,3 +121,11 @@ def test_the_sums_cover_every_measure_the_picture_draws():
     drawn = set(run_picture.COUNT_LABELS) | {m for pair in summaries.GAUGES.values()
                                              for m in pair}
     assert drawn <= {m[0] for m in derived.MEASURES}
+
+
+def test_a_run_read_whole_has_no_picture(path):
+    """A run the session reads whole: its Timeline draws all of it; the Overview has no
+    picture."""
+    with RunStore(path, read_only=True) as store:
+        view = Overview(DataStore(store, shared=SharedReads()))
+        assert not view.data.large and not view._picture.visible
