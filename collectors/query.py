@@ -308,6 +308,10 @@ class QueryEngine:
         with self._store.cursor() as cur:
             # a SELECT must not scan Python objects of this process by name
             cur.execute("SET python_enable_replacements = false")
+            # this reader streams the result in batches under its byte limit: DuckDB's own small
+            # stream buffer, not the store's whole-result one, keeps a large result from
+            # filling the collector's memory (tests/collectors/test_query_isolation.py)
+            cur.execute("RESET streaming_buffer_size")
             statement = check_read_only(cur, sql)
             with _Deadline(cur, at, limit_s) as timer:
                 if timer.passed:  # it waited its whole time for a worker
