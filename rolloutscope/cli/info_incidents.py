@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from datetime import UTC, datetime
 
 from rolloutscope.cli import UsageError
@@ -197,10 +198,12 @@ def cmd_incidents(args: argparse.Namespace) -> int:
         # the maintained rows where the store keeps them (store.relation): the incident views
         # then read typed rows instead of every span's attributes. Values are written into the
         # statement as literals: DuckDB imports pandas to look at any bound parameter, and
-        # this command needs none of it (0.4-1 s of its time)
+        # this command needs none of it (0.4-1 s of its time). The evidence lists only for
+        # --json: the text does not print them, and fetching them is a third of the query
+        evidence = "i.evidence" if args.json else "[]"
         sql = (f"SELECT i.run_id, i.incident_id, i.kind, i.severity, i.start_ns, i.end_ns, "
                f"(i.start_ns - t.start_ns) / 1e9 AS start_s, i.subject, i.summary, "
-               f"i.evidence, i.caused_by FROM {store.relation('incidents')} i "
+               f"{evidence}, i.caused_by FROM {store.relation('incidents')} i "
                f"LEFT JOIN {store.relation('run_thresholds')} t USING (run_id) WHERE 1 = 1")
         if args.kind:
             sql += f" AND i.kind IN ({', '.join(_lit(k) for k in args.kind)})"
@@ -236,20 +239,22 @@ def cmd_incidents(args: argparse.Namespace) -> int:
     by_run: dict[str, list[dict]] = {}
     for rec in records:
         by_run.setdefault(rec["run_id"], []).append(rec)
+    lines: list[str] = []
     for n, (run_id, in_run) in enumerate(by_run.items()):
         if len(by_run) > 1:  # several runs: a block each, under its run id
-            print(("\n" if n else "") + f"run {run_id}: {len(in_run)} incident(s)")
+            lines.append(("\n" if n else "") + f"run {run_id}: {len(in_run)} incident(s)")
         for rec in in_run:
-            _print_incident(rec)
+            lines += _incident_lines(rec)
+    # one write: a print per line cost ~0.15 s for a large run's 13,000 incidents
+    sys.stdout.write("\n".join(lines) + "\n")
     return 0
 
 
-def _print_incident(rec: dict) -> None:
+def _incident_lines(rec: dict) -> tuple[str, str]:
     start = "-" if rec["start_s"] is None else f"{rec['start_s']:.1f}s"
     cause = f"  (caused by {rec['caused_by']})" if rec["caused_by"] else ""
-    print(f"{rec['incident_id']:<15} {rec['severity']:<8} {start:>9}  {rec['kind']:<28} "
-          f"{rec['subject']}{cause}")
-    print(f"{'':<15} {rec['summary']}")
+    return (f"{rec['incident_id']:<15} {rec['severity']:<8} {start:>9}  {rec['kind']:<28} "
+            f"{rec['subject']}{cause}", f"{'':<15} {rec['summary']}")
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -15,95 +15,97 @@ arrives, so ``all_spans`` (finished ∪ open, ``end_ns`` NULL for open) is what 
 
 from __future__ import annotations
 
-import pyarrow as pa
+from functools import cache
 
 from rolloutscope.store.fit import COPIED, COPIED_KEYS, Copy
 
-_ARROW = {"VARCHAR": pa.string(), "INTEGER": pa.int32()}
+# each column's Arrow type, by the name of its pyarrow factory: pyarrow is imported only by
+# what builds batches (``arrow_schemas``), not by every command that opens a store
+_ARROW = {"VARCHAR": "string", "INTEGER": "int32", "BIGINT": "int64", "DOUBLE": "float64"}
 
 SCHEMA_VERSION = 2  # 2: spans and open_spans have the copied attributes' columns (fit.COPIED)
 
 # Column name -> (DuckDB type, Arrow type). Order is the physical order of the table.
-_SPAN_COLUMNS: list[tuple[str, str, pa.DataType]] = [
-    ("run_id", "VARCHAR", pa.string()),
-    ("trace_id", "VARCHAR", pa.string()),
-    ("span_id", "VARCHAR", pa.string()),
-    ("parent_span_id", "VARCHAR", pa.string()),
-    ("name", "VARCHAR", pa.string()),
-    ("kind", "VARCHAR", pa.string()),
-    ("service", "VARCHAR", pa.string()),
-    ("start_ns", "BIGINT", pa.int64()),
-    ("end_ns", "BIGINT", pa.int64()),
-    ("status_code", "VARCHAR", pa.string()),
-    ("status_message", "VARCHAR", pa.string()),
-    ("rollout_id", "VARCHAR", pa.string()),
-    ("attempt", "INTEGER", pa.int32()),
-    ("prompt_idx", "BIGINT", pa.int64()),
-    ("checkpoint_id", "VARCHAR", pa.string()),
-    ("participant_kind", "VARCHAR", pa.string()),
-    ("shard_idx", "INTEGER", pa.int32()),
-    ("attributes", "VARCHAR", pa.string()),
-    ("resource", "VARCHAR", pa.string()),
-    ("scope", "VARCHAR", pa.string()),
+_SPAN_COLUMNS: list[tuple[str, str, str]] = [
+    ("run_id", "VARCHAR", "string"),
+    ("trace_id", "VARCHAR", "string"),
+    ("span_id", "VARCHAR", "string"),
+    ("parent_span_id", "VARCHAR", "string"),
+    ("name", "VARCHAR", "string"),
+    ("kind", "VARCHAR", "string"),
+    ("service", "VARCHAR", "string"),
+    ("start_ns", "BIGINT", "int64"),
+    ("end_ns", "BIGINT", "int64"),
+    ("status_code", "VARCHAR", "string"),
+    ("status_message", "VARCHAR", "string"),
+    ("rollout_id", "VARCHAR", "string"),
+    ("attempt", "INTEGER", "int32"),
+    ("prompt_idx", "BIGINT", "int64"),
+    ("checkpoint_id", "VARCHAR", "string"),
+    ("participant_kind", "VARCHAR", "string"),
+    ("shard_idx", "INTEGER", "int32"),
+    ("attributes", "VARCHAR", "string"),
+    ("resource", "VARCHAR", "string"),
+    ("scope", "VARCHAR", "string"),
     # the copied attributes (version 2), last: a migrated table adds them at its end
     *((copy.column, copy.sql, _ARROW[copy.sql]) for copy in COPIED),
 ]
 
-_EVENT_COLUMNS: list[tuple[str, str, pa.DataType]] = [
-    ("run_id", "VARCHAR", pa.string()),
-    ("trace_id", "VARCHAR", pa.string()),
-    ("span_id", "VARCHAR", pa.string()),
-    ("span_name", "VARCHAR", pa.string()),
-    ("name", "VARCHAR", pa.string()),
-    ("ts_ns", "BIGINT", pa.int64()),
-    ("rollout_id", "VARCHAR", pa.string()),
-    ("attempt", "INTEGER", pa.int32()),
-    ("prompt_idx", "BIGINT", pa.int64()),
-    ("checkpoint_id", "VARCHAR", pa.string()),
-    ("shard_idx", "INTEGER", pa.int32()),
-    ("attributes", "VARCHAR", pa.string()),
+_EVENT_COLUMNS: list[tuple[str, str, str]] = [
+    ("run_id", "VARCHAR", "string"),
+    ("trace_id", "VARCHAR", "string"),
+    ("span_id", "VARCHAR", "string"),
+    ("span_name", "VARCHAR", "string"),
+    ("name", "VARCHAR", "string"),
+    ("ts_ns", "BIGINT", "int64"),
+    ("rollout_id", "VARCHAR", "string"),
+    ("attempt", "INTEGER", "int32"),
+    ("prompt_idx", "BIGINT", "int64"),
+    ("checkpoint_id", "VARCHAR", "string"),
+    ("shard_idx", "INTEGER", "int32"),
+    ("attributes", "VARCHAR", "string"),
 ]
 
-_LINK_COLUMNS: list[tuple[str, str, pa.DataType]] = [
-    ("run_id", "VARCHAR", pa.string()),
-    ("trace_id", "VARCHAR", pa.string()),
-    ("span_id", "VARCHAR", pa.string()),
-    ("linked_trace_id", "VARCHAR", pa.string()),
-    ("linked_span_id", "VARCHAR", pa.string()),
-    ("attributes", "VARCHAR", pa.string()),
+_LINK_COLUMNS: list[tuple[str, str, str]] = [
+    ("run_id", "VARCHAR", "string"),
+    ("trace_id", "VARCHAR", "string"),
+    ("span_id", "VARCHAR", "string"),
+    ("linked_trace_id", "VARCHAR", "string"),
+    ("linked_span_id", "VARCHAR", "string"),
+    ("attributes", "VARCHAR", "string"),
 ]
 
-_METRIC_COLUMNS: list[tuple[str, str, pa.DataType]] = [
-    ("run_id", "VARCHAR", pa.string()),
-    ("service", "VARCHAR", pa.string()),
-    ("name", "VARCHAR", pa.string()),
-    ("kind", "VARCHAR", pa.string()),  # gauge | sum | histogram | scalar (imported)
-    ("ts_ns", "BIGINT", pa.int64()),
-    ("step", "BIGINT", pa.int64()),
-    ("value", "DOUBLE", pa.float64()),
-    ("count", "BIGINT", pa.int64()),
-    ("sum", "DOUBLE", pa.float64()),
-    ("min", "DOUBLE", pa.float64()),
-    ("max", "DOUBLE", pa.float64()),
-    ("unit", "VARCHAR", pa.string()),
-    ("attributes", "VARCHAR", pa.string()),
-    ("resource", "VARCHAR", pa.string()),
+_METRIC_COLUMNS: list[tuple[str, str, str]] = [
+    ("run_id", "VARCHAR", "string"),
+    ("service", "VARCHAR", "string"),
+    ("name", "VARCHAR", "string"),
+    ("kind", "VARCHAR", "string"),  # gauge | sum | histogram | scalar (imported)
+    ("ts_ns", "BIGINT", "int64"),
+    ("step", "BIGINT", "int64"),
+    ("value", "DOUBLE", "float64"),
+    ("count", "BIGINT", "int64"),
+    ("sum", "DOUBLE", "float64"),
+    ("min", "DOUBLE", "float64"),
+    ("max", "DOUBLE", "float64"),
+    ("unit", "VARCHAR", "string"),
+    ("attributes", "VARCHAR", "string"),
+    ("resource", "VARCHAR", "string"),
 ]
 
-_LOG_COLUMNS: list[tuple[str, str, pa.DataType]] = [
-    ("run_id", "VARCHAR", pa.string()),
-    ("service", "VARCHAR", pa.string()),
-    ("ts_ns", "BIGINT", pa.int64()),
-    ("severity", "VARCHAR", pa.string()),
-    ("body", "VARCHAR", pa.string()),
-    ("trace_id", "VARCHAR", pa.string()),
-    ("span_id", "VARCHAR", pa.string()),
-    ("attributes", "VARCHAR", pa.string()),
-    ("resource", "VARCHAR", pa.string()),
+_LOG_COLUMNS: list[tuple[str, str, str]] = [
+    ("run_id", "VARCHAR", "string"),
+    ("service", "VARCHAR", "string"),
+    ("ts_ns", "BIGINT", "int64"),
+    ("severity", "VARCHAR", "string"),
+    ("body", "VARCHAR", "string"),
+    ("trace_id", "VARCHAR", "string"),
+    ("span_id", "VARCHAR", "string"),
+    ("attributes", "VARCHAR", "string"),
+    ("resource", "VARCHAR", "string"),
 ]
 
 # Tables the writer appends to in batches, with their columns.
-BATCH_TABLES: dict[str, list[tuple[str, str, pa.DataType]]] = {
+BATCH_TABLES: dict[str, list[tuple[str, str, str]]] = {
     "spans": _SPAN_COLUMNS,
     "open_spans": _SPAN_COLUMNS,
     "span_events": _EVENT_COLUMNS,
@@ -115,10 +117,21 @@ BATCH_TABLES: dict[str, list[tuple[str, str, pa.DataType]]] = {
 COLUMNS: dict[str, tuple[str, ...]] = {
     table: tuple(name for name, _, _ in cols) for table, cols in BATCH_TABLES.items()
 }
-ARROW_SCHEMAS: dict[str, pa.Schema] = {
-    table: pa.schema([(name, arrow) for name, _, arrow in cols])
-    for table, cols in BATCH_TABLES.items()
-}
+
+
+@cache
+def arrow_schemas() -> dict:
+    """Each batch table's Arrow schema (``pyarrow.Schema``), in the table's column order."""
+    import pyarrow as pa
+
+    return {table: pa.schema([(name, getattr(pa, arrow)()) for name, _, arrow in cols])
+            for table, cols in BATCH_TABLES.items()}
+
+
+def __getattr__(name: str):
+    if name == "ARROW_SCHEMAS":  # the schemas, built on first use
+        return arrow_schemas()
+    raise AttributeError(name)
 
 RUN_COLUMNS = (
     "run_id", "source", "parent_run_id", "scenario", "variants", "seed", "config",
@@ -126,7 +139,7 @@ RUN_COLUMNS = (
 )
 
 
-def _create_table(name: str, cols: list[tuple[str, str, pa.DataType]]) -> str:
+def _create_table(name: str, cols: list[tuple[str, str, str]]) -> str:
     body = ",\n    ".join(f"{col} {sql}" for col, sql, _ in cols)
     return f"CREATE TABLE IF NOT EXISTS {name} (\n    {body}\n)"
 
