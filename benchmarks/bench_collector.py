@@ -52,11 +52,11 @@ READ_EVERY_S = 1.0
 T0 = 1_700_000_000_000_000_000
 
 
-def make_batch(seed: int) -> bytes:
+def make_batch(seed: int, run_id: str = "bench", t0: int = T0) -> bytes:
     request = ExportTraceServiceRequest()
     rs = request.resource_spans.add()
     fill_attributes(rs.resource.attributes, {ResourceAttr.SERVICE_NAME: "nemo-gym/agent",
-                                             ResourceAttr.RUN_ID: "bench"})
+                                             ResourceAttr.RUN_ID: run_id})
     ss = rs.scope_spans.add()
     ss.scope.name = "bench"
     for i in range(SPANS_PER_BATCH):
@@ -66,8 +66,8 @@ def make_batch(seed: int) -> bytes:
         span.parent_span_id = (i + 7).to_bytes(8, "big")
         span.name = "gym.model.chat_completions"
         span.kind = 2
-        span.start_time_unix_nano = T0 + i * 1000
-        span.end_time_unix_nano = T0 + i * 1000 + 500
+        span.start_time_unix_nano = t0 + i * 1000
+        span.end_time_unix_nano = t0 + i * 1000 + 500
         fill_attributes(span.attributes, {
             Attr.ROLLOUT_ID: f"r{seed}-{i}-a1", "nemo.gym.server.name": "agent",
             "http.route": "/v1/chat/completions", "http.response.status_code": 200,
@@ -76,14 +76,19 @@ def make_batch(seed: int) -> bytes:
 
 
 # -- roles run in child processes ---------------------------------------------------------
-def sender(port: int, batches: int, seed: int) -> None:
-    bodies = [make_batch(seed * 1000 + b) for b in range(batches)]
+def sender(port: int, batches: int, seed: int, run_id: str = "bench", t0: int = T0,
+           rate: float = 0.0) -> None:
+    """``batches`` requests as fast as answered, or paced at ``rate`` spans/s (> 0); each
+    batch's spans start ``t0`` plus one second a batch (a run's head moving on)."""
+    bodies = [make_batch(seed * 1000 + b, run_id, t0 + b * 10**9) for b in range(batches)]
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     latencies, retries = [], 0
     print("ready", flush=True)
     sys.stdin.readline()  # the parent starts every sender at once
     started = time.perf_counter()
-    for body in bodies:
+    for k, body in enumerate(bodies):
+        if rate > 0:
+            time.sleep(max(0.0, started + k * SPANS_PER_BATCH / rate - time.perf_counter()))
         while True:
             t = time.perf_counter()
             conn.request("POST", "/v1/traces", body=body,
@@ -129,9 +134,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def drive(port: int, pid: int, senders: int, batches: int, *, read: bool = False) -> dict:
+def drive(port: int, pid: int, senders: int, batches: int, *, read: bool = False,
+          run_id: str = "bench", t0: int = T0, rate: float = 0.0) -> dict:
+    """``senders`` processes sending ``batches`` requests each (``rate``: spans/s in all,
+    0 as fast as answered) into run ``run_id`` from ``t0``."""
     procs = [subprocess.Popen([sys.executable, __file__, "--role", "sender", "--port", str(port),
-                               "--batches", str(batches), "--seed", str(s)],
+                               "--batches", str(batches), "--seed", str(s),
+                               "--run-id", run_id, "--t0", str(t0),
+                               "--rate", str(rate / senders)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
              for s in range(senders)]
     for p in procs:
@@ -194,9 +204,12 @@ def main() -> None:
     parser.add_argument("--senders", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--port-file")
+    parser.add_argument("--run-id", default="bench")
+    parser.add_argument("--t0", type=int, default=T0)
+    parser.add_argument("--rate", type=float, default=0.0)
     args = parser.parse_args()
     if args.role == "sender":
-        return sender(args.port, args.batches, args.seed)
+        return sender(args.port, args.batches, args.seed, args.run_id, args.t0, args.rate)
     if args.role == "parse-only":
         return parse_only(args.port_file)
 

@@ -10,7 +10,13 @@ viewers their tick (the page's own "last refresh N ms"). Medians of ``--repeats`
 ratio p99 with viewers / p99 without (target: within 1.5x), the collector's and the dashboard
 process's resident memory, and the machine's load.
 
+``--db RUN.duckdb --run-id RUN --rate 20000``: the collector serves an existing store (it
+writes into it: give a copy) and the senders add to that run from its last instant on, paced
+at that many spans/s in all: the live dashboard of a large run while it grows.
+
 Run:  .venv/bin/python benchmarks/bench_live_viewers.py [--viewers 3] [--batches 600]
+      .venv/bin/python benchmarks/bench_live_viewers.py --db COPY.duckdb --run-id synthetic \
+          --rate 20000 --batches 300
 """
 
 from __future__ import annotations
@@ -50,6 +56,17 @@ def children(pid: int) -> list[int]:
     for task in Path(f"/proc/{pid}/task").iterdir():
         out += [int(c) for c in (task / "children").read_text().split()]
     return out
+
+
+def head_ns(db: str, run_id: str) -> int:
+    """The run's last instant in the store (where the senders go on from)."""
+    from rolloutscope.store import RunStore
+
+    with RunStore(db, read_only=True) as store:
+        rows = store.query("SELECT last_seen_ns FROM runs WHERE run_id = ?", [run_id])
+    if not rows or rows[0][0] is None:
+        raise SystemExit(f"{db} has no run {run_id!r}")
+    return int(rows[0][0]) + 10**9
 
 
 def start_serve(db: Path) -> tuple[subprocess.Popen, int, str]:
@@ -106,23 +123,33 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=600, help="1,000-span requests per phase")
     ap.add_argument("--senders", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--db", default=None, help="serve this store (written into: a copy)")
+    ap.add_argument("--run-id", default="bench", help="the run the senders add to")
+    ap.add_argument("--rate", type=float, default=0.0, help="spans/s in all (0: unpaced)")
     args = ap.parse_args()
     print(f"{load()} at start; {args.viewers} viewers, {args.senders} sender(s) x "
           f"{args.batches} x {SPANS_PER_BATCH:,} spans per phase, {args.repeats} repeats",
           flush=True)
+    t0 = head_ns(args.db, args.run_id) if args.db else None
+    sent = {"run_id": args.run_id, "rate": args.rate}
     with tempfile.TemporaryDirectory() as tmp:
-        proc, port, url = start_serve(Path(tmp) / "run.duckdb")
+        proc, port, url = start_serve(Path(args.db) if args.db else Path(tmp) / "run.duckdb")
         try:
             (dash,) = children(proc.pid)
             rows = {"no viewer": [], "viewers": []}
             ticks: list[float] = []
             for rep in range(args.repeats):
-                rows["no viewer"].append(drive(port, proc.pid, args.senders, args.batches))
+                if t0 is not None:  # each phase from the head the last one left
+                    sent["t0"] = t0 + (2 * rep) * args.batches * 10**9
+                rows["no viewer"].append(drive(port, proc.pid, args.senders, args.batches,
+                                               **sent))
                 viewers = Viewers(url, args.viewers)
                 # the pages are read from this thread only (playwright's sync API)
                 result: dict = {}
+                if t0 is not None:
+                    sent["t0"] = t0 + (2 * rep + 1) * args.batches * 10**9
                 sender = threading.Thread(target=lambda: result.update(
-                    drive(port, proc.pid, args.senders, args.batches)))
+                    drive(port, proc.pid, args.senders, args.batches, **sent)))
                 sender.start()
                 while sender.is_alive():
                     ticks.extend(viewers.ticks_ms())
