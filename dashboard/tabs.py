@@ -408,9 +408,7 @@ class Overview(View):
         self._changed("picture", "rollout_attempts", "parked_intervals", "shard_states",
                       "deadlines")
         if not self.data.large:
-            # a run read whole: the Timeline draws all of it already. (With the picture on the
-            # page, a served Overview's incident list stopped answering a click in Chromium:
-            # tests/dashboard/test_browser.py; a large run's page still has it)
+            # a run read whole: the Timeline draws all of it already
             self._picture.visible = False
             self._picture_note.object = ""
             return
