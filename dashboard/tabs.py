@@ -143,9 +143,21 @@ def window_text(data: DataStore) -> str:
             f"or zoom out on a time plot.")
 
 
+class _ServedHTML(pn.pane.HTML):
+    """An HTML pane that keeps its stylesheets on the server it is served from while a hidden
+    tab holds its model. Dynamic tabs keep a hidden tab's models off the page (no document),
+    and Panel 1.9 updating such a model resolves the stylesheets for no document: to its CDN,
+    rewriting the session's shared ``loading.css`` stylesheet too, which a page served offline
+    then fails to load. Resolved for the session's document instead."""
+
+    def _get_properties(self, doc):
+        return super()._get_properties(doc if doc is not None else pn.state.curdoc)
+
+
 def window_note(data: DataStore) -> pn.pane.HTML:
-    """The window mode's note (hidden for a run read whole), kept up as the window moves."""
-    pane = pn.pane.HTML(stylesheets=[CSS], sizing_mode="stretch_width", margin=(0, 10))
+    """The window mode's note (hidden for a run read whole), kept up as the window moves (on
+    every tab, shown or not: ``_ServedHTML``)."""
+    pane = _ServedHTML(stylesheets=[CSS], sizing_mode="stretch_width", margin=(0, 10))
 
     def show(*_):
         text = window_text(data)
@@ -408,9 +420,7 @@ class Overview(View):
         self._changed("picture", "rollout_attempts", "parked_intervals", "shard_states",
                       "deadlines")
         if not self.data.large:
-            # a run read whole: the Timeline draws all of it already. (With the picture on the
-            # page, a served Overview's incident list stopped answering a click in Chromium:
-            # tests/dashboard/test_browser.py; a large run's page still has it)
+            # a run read whole: the Timeline draws all of it already
             self._picture.visible = False
             self._picture_note.object = ""
             return

@@ -36,7 +36,8 @@ DRAWN_JS = """
 () => {
   let n = 0;
   const walk = (root) => root.querySelectorAll('*').forEach((el) => {
-    if (el.tagName === 'CANVAS' && el.width && el.height && el.offsetParent) {
+    if (el.tagName === 'CANVAS' && el.width && el.height && el.offsetParent
+        && getComputedStyle(el).visibility === 'visible') {  // not on a tab hidden by Bokeh's Tabs
       const d = el.getContext('2d').getImageData(0, 0, el.width, el.height).data;
       for (let i = 0; i < d.length; i += 64)
         if (d[i + 3] > 0 && Math.abs(d[i] - d[i + 1]) + Math.abs(d[i + 1] - d[i + 2]) > 30) n++;
