@@ -21,7 +21,10 @@
 -- first, and DuckDB applies them as it scans the spans: it parses the JSON of the few spans they
 -- keep. A test of every span's attributes text instead (LIKE '%openinference.span.kind%', or
 -- one filter ORing the two dialects) cost 300-500 ms at 1M spans, these two branches ~10 ms.
-CREATE OR REPLACE VIEW llm_calls AS
+-- llm_calls_of(run, floor_ns): the rows of run (NULL: every run) that start at or after
+-- floor_ns (NULL: all), computed from there on (a call's exception event is inside it): a
+-- reader of a long run's latest calls scans the spans after its floor only.
+CREATE OR REPLACE MACRO llm_calls_of(run, floor_ns) AS TABLE
 WITH call_spans AS (
     SELECT *, 'genai' AS source
     FROM all_spans
@@ -29,16 +32,19 @@ WITH call_spans AS (
       AND (attributes->>'gen_ai.operation.name')
           IN ('chat', 'text_completion', 'generate_content')
       AND coalesce(scope, '') NOT LIKE 'openinference.%'
+      AND (run IS NULL OR run_id = run) AND (floor_ns IS NULL OR start_ns >= floor_ns)
     UNION ALL
     SELECT *, 'openinference' AS source
     FROM all_spans
     WHERE scope LIKE 'openinference.%' AND contains(attributes, 'openinference.span.kind')
       AND (attributes->>'openinference.span.kind') = 'LLM'
+      AND (run IS NULL OR run_id = run) AND (floor_ns IS NULL OR start_ns >= floor_ns)
 ),
 raised AS (  -- the exception event an OpenInference span records when its call raised
     SELECT run_id, trace_id, span_id, any_value(attributes->>'exception.type') AS exception_type
     FROM span_events
     WHERE name = 'exception'
+      AND (run IS NULL OR run_id = run) AND (floor_ns IS NULL OR ts_ns >= floor_ns)
       AND span_id IN (SELECT span_id FROM call_spans WHERE status_code = 'ERROR')
     GROUP BY run_id, trace_id, span_id
 ),
@@ -101,4 +107,7 @@ SELECT
              THEN 'llm.token_count.completion=' || (attributes->'llm.token_count.completion')
         END), '') AS unread_attributes,
     is_open
-FROM read
+FROM read;
+
+CREATE OR REPLACE VIEW llm_calls AS
+SELECT * FROM llm_calls_of(NULL, NULL)

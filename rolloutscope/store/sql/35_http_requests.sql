@@ -12,7 +12,11 @@
 -- probe when it is a GET of a liveness route (/health*, /ping, /ready, /live, /v1/models).
 -- capture_key is the Gym rollout the request belongs to: nemo.gym.rollout.id, else the key in
 -- an /ng-rollout/<key>/ path (Gym stamps the attribute only where its ContextVar is set).
-CREATE OR REPLACE VIEW http_requests AS
+-- http_requests_of(run, floor_ns): the rows of run (NULL: every run) that start at or after
+-- floor_ns (NULL: all), computed from there on; internal then says whether a server of the run
+-- was traced at that address from ten minutes before the floor (a traced server answers
+-- requests all the time), so a floored read scans no span older than that.
+CREATE OR REPLACE MACRO http_requests_of(run, floor_ns) AS TABLE
 WITH client AS (
     SELECT
         run_id, trace_id, span_id, parent_span_id, name, service, start_ns, end_ns,
@@ -30,6 +34,7 @@ WITH client AS (
             AS model
     FROM all_spans
     WHERE kind = 'CLIENT'
+      AND (run IS NULL OR run_id = run) AND (floor_ns IS NULL OR start_ns >= floor_ns)
 ),
 parsed AS (
     SELECT *,
@@ -44,6 +49,8 @@ served AS (
     SELECT DISTINCT run_id, server_authority AS authority
     FROM all_spans
     WHERE kind = 'SERVER' AND server_authority IS NOT NULL
+      AND (run IS NULL OR run_id = run)
+      AND (floor_ns IS NULL OR start_ns >= floor_ns - 600000000000)
 )
 SELECT
     p.run_id,
@@ -81,4 +88,7 @@ SELECT
 FROM parsed p
 LEFT JOIN served s
     ON s.run_id = p.run_id
-   AND s.authority = regexp_extract(p.target, '://(.*)$', 1)
+   AND s.authority = regexp_extract(p.target, '://(.*)$', 1);
+
+CREATE OR REPLACE VIEW http_requests AS
+SELECT * FROM http_requests_of(NULL, NULL)

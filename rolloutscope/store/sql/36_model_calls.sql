@@ -25,7 +25,11 @@
 -- engine_finish_reason why it stopped.
 -- model_calls_of(run, floor_ns): the rows of run that start at or after floor_ns (NULL: every
 -- run, the whole run), computed from there on: a dashboard reading the latest calls of a long
--- run scans the spans after its floor, not the run (at 10M spans 0.8 s instead of 4.8 s).
+-- run scans the spans after its floor, not the run (at 10M spans 0.8 s instead of 4.8 s). A
+-- row's parent (the call an HTTP try or engine request is under) starts before it: parents are
+-- looked up from ten minutes before the floor, so a floored read scans no span older than
+-- that, and a call longer than ten minutes that started before the floor has its later tries
+-- listed as 'http' rows of their own there (never in the view).
 CREATE OR REPLACE MACRO model_calls_of(run, floor_ns) AS TABLE
 WITH served AS (
     SELECT * FROM all_spans
@@ -35,9 +39,8 @@ WITH served AS (
 -- client call spans that no other call span holds (a GenAI span under an OpenInference one
 -- is one call)
 llm AS (
-    SELECT l.* FROM llm_calls l
-    WHERE (run IS NULL OR l.run_id = run) AND (floor_ns IS NULL OR l.start_ns >= floor_ns)
-      AND NOT EXISTS (SELECT 1 FROM llm_calls p
+    SELECT l.* FROM llm_calls_of(run, floor_ns) l
+    WHERE NOT EXISTS (SELECT 1 FROM llm_calls_of(run, floor_ns - 600000000000) p
                       WHERE p.run_id = l.run_id AND p.trace_id = l.trace_id
                         AND p.span_id = l.parent_span_id)
       AND NOT EXISTS (SELECT 1 FROM served p
@@ -61,6 +64,7 @@ engine AS (
     JOIN all_spans h  -- an HTTP try: a CLIENT span with a URL
         ON h.run_id = e.run_id AND h.trace_id = e.trace_id AND h.span_id = e.parent_span_id
        AND h.kind = 'CLIENT' AND h.url IS NOT NULL
+       AND (floor_ns IS NULL OR h.start_ns >= floor_ns - 600000000000)
     WHERE (run IS NULL OR e.run_id = run) AND (floor_ns IS NULL OR e.start_ns >= floor_ns)
 ),
 engine_of AS (
@@ -79,11 +83,10 @@ tries AS (  -- backend tries under a call: same process, so the parent link hold
            max(h.input_tokens) AS input_tokens,
            max(h.output_tokens) AS output_tokens,
            max(h.model) AS model
-    FROM http_requests h
+    -- a try starts inside its call: the floor bounds the tries too, and the scan skips the rest
+    FROM http_requests_of(run, floor_ns) h
     JOIN callers s ON s.run_id = h.run_id AND s.trace_id = h.trace_id
                   AND s.span_id = h.parent_span_id
-    -- a try starts inside its call: the floor bounds the tries too, and the scan skips the rest
-    WHERE (run IS NULL OR h.run_id = run) AND (floor_ns IS NULL OR h.start_ns >= floor_ns)
     GROUP BY h.run_id, h.trace_id, h.parent_span_id
 ),
 calls AS (
@@ -148,17 +151,17 @@ calls AS (
         h.duration_s, h.input_tokens, h.output_tokens, h.model,
         CAST(NULL AS VARCHAR), h.is_open,
         h.parent_span_id, CAST(NULL AS VARCHAR), CAST(NULL AS VARCHAR), CAST(NULL AS VARCHAR)
-    FROM http_requests h
+    FROM http_requests_of(run, floor_ns) h
     WHERE h.model_endpoint AND NOT h.internal
-      AND (run IS NULL OR h.run_id = run) AND (floor_ns IS NULL OR h.start_ns >= floor_ns)
-      -- its parent is looked up among all the spans: a call that started before the floor
-      -- still accounts for its tries after it
+      -- its parent is looked up from ten minutes before the floor: a call that started
+      -- before the floor still accounts for its tries after it
       AND NOT EXISTS (SELECT 1 FROM all_spans s
                       WHERE s.run_id = h.run_id AND s.trace_id = h.trace_id
                         AND s.span_id = h.parent_span_id
                         AND s.name IN ('gym.model.responses', 'gym.model.chat_completions',
-                                       'gym.model.messages'))
-      AND NOT EXISTS (SELECT 1 FROM llm_calls s
+                                       'gym.model.messages')
+                        AND (floor_ns IS NULL OR s.start_ns >= floor_ns - 600000000000))
+      AND NOT EXISTS (SELECT 1 FROM llm_calls_of(run, floor_ns - 600000000000) s
                       WHERE s.run_id = h.run_id AND s.trace_id = h.trace_id
                         AND s.span_id = h.parent_span_id)
 )

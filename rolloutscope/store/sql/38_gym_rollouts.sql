@@ -27,11 +27,14 @@ WITH rollouts AS (
     WHERE r.name = 'gym.rollout'
       AND (run IS NULL OR r.run_id = run) AND (floor_ns IS NULL OR r.start_ns >= floor_ns)
 ),
-run_replies AS (  -- the agent's own /run SERVER span: the parent, in the same process
+run_replies AS (  -- the agent's own /run SERVER span: the parent, in the same process, which
+    -- starts before it (looked up from a minute before the floor, like the spans below)
     SELECT s.run_id, s.trace_id, s.span_id,
            s.http_status
     FROM all_spans s
     WHERE s.kind = 'SERVER'
+      AND (run IS NULL OR s.run_id = run)
+      AND (floor_ns IS NULL OR s.start_ns >= floor_ns - 60000000000)
       AND s.span_id IN (SELECT parent_span_id FROM rollouts)
 ),
 calls AS (
@@ -58,8 +61,9 @@ agent AS (
                                           '/ng-rollout/([^/]+)/', 1), '')) AS capture_key,
            (a.end_ns - a.start_ns) / 1e9 AS agent_s
     FROM all_spans a
-    LEFT JOIN all_spans p
+    LEFT JOIN all_spans p  -- its parent starts before it
         ON p.run_id = a.run_id AND p.trace_id = a.trace_id AND p.span_id = a.parent_span_id
+       AND (floor_ns IS NULL OR p.start_ns >= floor_ns - 120000000000)
     WHERE a.name = 'gym.agent.responses'
       AND (run IS NULL OR a.run_id = run)
       AND (floor_ns IS NULL OR a.start_ns >= floor_ns - 60000000000)
