@@ -511,7 +511,14 @@ def derive(con: duckdb.DuckDBPyConnection) -> int:
                     [spans_total, events_total])
         for name in MAINTAINED:
             con.execute(f"INSERT INTO main.d_{name} SELECT * FROM rs_new.{name}")
-        for stmt in (*_SUMMARY_PASS, _SECONDS_PASS, *_MERGED_PASS):
+        for stmt in (*_SUMMARY_PASS, _SECONDS_PASS):
+            con.execute(stmt)
+        for stmt in _MERGED_PASS:
+            if spans_done == 0 and events_done == 0:
+                # the first pass fills the tables install made empty, one row per exact key:
+                # nothing to conflict with (d_completions' 189k executions of a 3M-span run in
+                # 1.1 s instead of 1.9, load 7)
+                stmt = re.split(r"\s+ON CONFLICT", stmt)[0]
             con.execute(stmt)
         con.execute("UPDATE derive_state SET spans_done = ?, events_done = ?, "
                     "passes = passes + 1, updated_ns = ?",
