@@ -48,7 +48,7 @@ def strip_derived(path: Path) -> None:
     con = duckdb.connect(str(path))
     for name in derived.MAINTAINED:
         con.execute(f"DROP TABLE IF EXISTS d_{name}")
-    for table in ("d_span_buckets", "d_resources", "d_run_seconds", "derive_state"):
+    for table in (*derived.SUMMARY_TABLES, "derive_state"):
         con.execute(f"DROP TABLE IF EXISTS {table}")
     for schema in derived.SCHEMAS:
         con.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")

@@ -8,15 +8,13 @@
 -- outcome: 'open' while the window is open; otherwise the RL snapshot transaction's outcome
 -- (published -> committed, aborted, failed); without one, derived from the operations: a
 -- controller commit that succeeded -> committed, any failed operation -> failed, else aborted.
+-- The admission intervals and snapshots are read from checkpoint_window_spans
+-- (19_checkpoint_window_spans.sql: one row per span, kept by the store as spans arrive).
 CREATE OR REPLACE VIEW checkpoint_windows AS
 WITH intervals AS (
     SELECT run_id, checkpoint_id, start_ns, end_ns
-    FROM all_spans
-    -- both names first, on their own: DuckDB prunes the spans on them (an OR is tested on
-    -- every span)
-    WHERE checkpoint_id IS NOT NULL AND name IN ('gym.checkpoint.open', 'rl.admission.fence')
-      AND (name = 'gym.checkpoint.open'
-           OR coalesce(attributes->>'nemo.rl.fence.owner', 'gym_checkpoint') = 'gym_checkpoint')
+    FROM checkpoint_window_spans
+    WHERE source = 'interval'
 ),
 op_intervals AS (
     SELECT run_id, checkpoint_id,
@@ -32,10 +30,10 @@ snapshot AS (
     SELECT run_id, checkpoint_id,
            min(start_ns) AS start_ns,
            CASE WHEN bool_or(end_ns IS NULL) THEN NULL ELSE max(end_ns) END AS end_ns,
-           max(TRY_CAST(attributes->>'nemo.rl.snapshot.index' AS INTEGER)) AS snapshot_index,
-           arg_max(attributes->>'nemo.rl.snapshot.outcome', start_ns) AS snapshot_outcome
-    FROM all_spans
-    WHERE name = 'rl.rollout_snapshot' AND checkpoint_id IS NOT NULL
+           max(snapshot_index) AS snapshot_index,
+           arg_max(snapshot_outcome, start_ns) AS snapshot_outcome
+    FROM checkpoint_window_spans
+    WHERE source = 'snapshot'
     GROUP BY run_id, checkpoint_id
 ),
 admission AS (
