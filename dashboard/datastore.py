@@ -329,8 +329,12 @@ class DataStore(RolloutRows, param.Parameterized):
     def _typed_empty(self, spec: ViewSpec) -> pd.DataFrame:
         """The view's frame with no rows: its columns and types, from the store itself."""
         if not spec.optional or self._view_present(spec.name):
+            # from what the rows are read from (``_read_sql``): the kept incidents' columns
+            # are the view's, read without planning every detector (0.1-0.5 s at 10^8 spans)
+            relation = getattr(self.store, "relation", None)
+            source = relation(spec.name) if relation is not None else spec.name
             try:
-                return self._shared_read(f"SELECT * FROM {spec.name} LIMIT 0", [],
+                return self._shared_read(f"SELECT * FROM {source} LIMIT 0", [],
                                          what=f"the columns of {spec.name}")[0]  # from VIEWS
             except StoreError as exc:
                 if not spec.optional:

@@ -7,6 +7,8 @@ threshold is read whole as before."""
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 import pytest
 
@@ -382,3 +384,22 @@ def test_picking_a_train_step_moves_the_window_onto_it(steps_store):
     whole = DataStore(store, shared=reads(window_spans=10**9))
     Steps(whole).pick_step(int(first.step))
     assert whole.window is None and whole.time_range is not None
+
+
+def test_opening_a_large_run_reads_no_span_table(store, monkeypatch):
+    """Every read a session makes on open goes through the kept rows and counts: none names the
+    span tables (the run ids, the span count, the capped views' floors included)."""
+    seen = recorded(monkeypatch)
+    original = RunStore.query
+
+    def query(self, sql, params=None, *args, **kw):
+        seen.append(sql)
+        return original(self, sql, params, *args, **kw)
+
+    monkeypatch.setattr(RunStore, "query", query)
+    data = DataStore(store, shared=reads())
+    assert data.large and seen
+    scans = [s for s in seen if re.search(r"\bFROM (main\.)?(all_)?spans\b", s)]
+    assert not scans, scans
+    assert store.run_ids() == [r for (r,) in original(
+        store, "SELECT DISTINCT run_id FROM spans WHERE run_id IS NOT NULL ORDER BY 1")]
