@@ -7,6 +7,7 @@ threshold is read whole as before."""
 
 from __future__ import annotations
 
+import html
 import re
 
 import pandas as pd
@@ -313,6 +314,8 @@ def test_a_capped_view_holds_its_latest_rows_of_the_window_floored_from_the_kept
     assert len(want) == cap  # the cap binds: the floor had to be right
     assert keys(data.frames[name], name) == keys(want, name)
     assert data.capped_text(name).startswith(f"{name}: the latest {cap:,} rows that start")
+    # the Rollouts tab says so above the Gym tables
+    assert html.escape(data.capped_text(name)) in Rollouts(data)._gym_part[0].object
     # moved into the middle of the run: the newest rows that start before the window's end
     data.show_range((2000.0, 2600.0))
     lo, hi = data.window
