@@ -113,9 +113,10 @@ class ViewSpec:
 
 
 MAX_DETAIL_ROWS = 20_000  # Gym rollouts / model calls a dashboard holds (the latest)
-# window mode: a capped view (the Gym tables, the engine views) holds its latest rows that start
-# in [lo - CAP_MARGIN_NS, hi), so a row that began up to this long before the window (a Gym
-# rollout still running into it) is listed, and no read reaches further back than this
+# window mode up to the run's head: a capped view (the Gym tables, the engine views) holds its
+# latest rows that start from lo - CAP_MARGIN_NS on, so a row that began up to this long before
+# the window (a Gym rollout still running into it) is listed, and no read reaches further back
+# (a window that ends before the head: the run's latest rows, ``DataStore._cap_bounds``)
 CAP_MARGIN_NS = 10 * 60 * 10**9
 # the width of the store's kept span counts (``d_span_buckets``, derived.BUCKET_NS)
 SPAN_BUCKET_NS = 60 * 10**9
@@ -448,10 +449,6 @@ class DataStore(RolloutRows, param.Parameterized):
             if floor is not None:
                 where.append(f"{spec.at} >= ?")
                 params.append(floor)
-        if spec.cap is not None and self.window is not None and self.window[1] is not None:
-            # window mode: a capped view's latest rows that start before the window's end
-            where.append(f"{spec.at} < ?")
-            params.append(int(self.window[1]))
         if since is not None and spec.times:
             start, end = spec.times
             where.append(f"({end} IS NULL OR {end} >= ? OR {start} >= ?)")
@@ -476,12 +473,16 @@ class DataStore(RolloutRows, param.Parameterized):
         return sql, params
 
     def _cap_bounds(self) -> tuple[int | None, int | None]:
-        """Window mode: the stretch a capped view's rows start in, [lo - CAP_MARGIN_NS, hi)
-        (hi None: up to the head); (None, None) for a run read whole."""
-        if self.window is None:
+        """The stretch a capped view's rows start in: in window mode up to the run's head (the
+        window a session opens on, and live), [lo - CAP_MARGIN_NS, head); (None, None): the
+        run's latest rows, for a run read whole and for a window that ends before the head.
+        The Gym views' macros (``<view>_of(run, floor_ns)``) compute every row from their floor
+        to the run's head, so a stretch in the past would cost what the run holds after it
+        (picking the oldest incident of a 10M-span run: 22-31 s), while the run's latest rows
+        cost what the cap holds."""
+        if self.window is None or self.window[1] is not None:
             return None, None
-        lo, hi = self.window
-        return int(lo) - CAP_MARGIN_NS, (None if hi is None else int(hi))
+        return int(self.window[0]) - CAP_MARGIN_NS, None
 
     def _cap_floor(self, spec: ViewSpec) -> int | None:
         """A time (``spec.at``) the rows a capped view's read holds all start at or after:
@@ -550,15 +551,18 @@ class DataStore(RolloutRows, param.Parameterized):
         """What a capped frame (the Gym tables, the engine views) holds, in words."""
         spec, frame = VIEWS[name], self.frames[name]
         full = len(frame) >= int(spec.cap or 0)
-        bound, hi = self._cap_bounds()
+        bound, _ = self._cap_bounds()
         if bound is None:
-            return (f"{name}: the latest {spec.cap:,} rows of the run; the store holds more"
-                    if full else "")
+            if self.window is None:
+                return (f"{name}: the latest {spec.cap:,} rows of the run; the store holds "
+                        f"more" if full else "")
+            return (f"{name}: the run's latest {spec.cap:,} rows, not this stretch's (read "
+                    f"for a stretch in the past, the view costs what the run holds after it)"
+                    if full else f"{name}: every row of the run, not only this stretch's")
         t0 = self.origin_ns()
-        upto = f"{(hi - t0) / 1e9:,.0f} s" if hi is not None else "the run's head"
         which = f"the latest {spec.cap:,}" if full else "the"
         return (f"{name}: {which} rows that start from {(bound - t0) / 1e9:,.0f} s "
-                f"({CAP_MARGIN_NS // 60 // 10**9} minutes before the window) to {upto}")
+                f"({CAP_MARGIN_NS // 60 // 10**9} minutes before the window) to the run's head")
 
     def refresh(self, *, full: bool = False) -> bool:
         """Read what changed since the last refresh; True if any frame changed."""
