@@ -116,7 +116,7 @@ MAX_DETAIL_ROWS = 20_000  # Gym rollouts / model calls a dashboard holds (the la
 # window mode up to the run's head: a capped view (the Gym tables, the engine views) holds its
 # latest rows that start from lo - CAP_MARGIN_NS on, so a row that began up to this long before
 # the window (a Gym rollout still running into it) is listed, and no read reaches further back
-# (a window that ends before the head: the run's latest rows, ``DataStore._cap_bounds``)
+# (a window that ends before the head: those of the window a session opens on, ``_cap_bounds``)
 CAP_MARGIN_NS = 10 * 60 * 10**9
 # the width of the store's kept span counts (``d_span_buckets``, derived.BUCKET_NS)
 SPAN_BUCKET_NS = 60 * 10**9
@@ -473,16 +473,21 @@ class DataStore(RolloutRows, param.Parameterized):
         return sql, params
 
     def _cap_bounds(self) -> tuple[int | None, int | None]:
-        """The stretch a capped view's rows start in: in window mode up to the run's head (the
-        window a session opens on, and live), [lo - CAP_MARGIN_NS, head); (None, None): the
-        run's latest rows, for a run read whole and for a window that ends before the head.
-        The Gym views' macros (``<view>_of(run, floor_ns)``) compute every row from their floor
-        to the run's head, so a stretch in the past would cost what the run holds after it
-        (picking the oldest incident of a 10M-span run: 22-31 s), while the run's latest rows
-        cost what the cap holds."""
-        if self.window is None or self.window[1] is not None:
+        """The stretch a capped view's rows start in, (from, None: up to the run's head);
+        (None, None): the run's latest rows, for a run read whole. In window mode, from the
+        window's lo less ``CAP_MARGIN_NS`` when the window reaches the head (the window a
+        session opens on, and live); for a window that ends before the head, the same as the
+        window a session opens on (the run's last ``window_s``): the Gym views' macros
+        (``<view>_of(run, floor_ns)``) compute every row from their floor to the run's head,
+        so a stretch in the past would cost what the run holds after it (picking the oldest
+        incident of a 10M-span run: 22-31 s), and this read is the opening's, shared."""
+        if self.window is None:
             return None, None
-        return int(self.window[0]) - CAP_MARGIN_NS, None
+        lo, hi = self.window
+        if hi is not None:
+            first, last = self._run_span or self._read_run_span()
+            lo = max(last - int(self.window_s * 1e9), first)
+        return int(lo) - CAP_MARGIN_NS, None
 
     def _cap_floor(self, spec: ViewSpec) -> int | None:
         """A time (``spec.at``) the rows a capped view's read holds all start at or after:
@@ -553,16 +558,16 @@ class DataStore(RolloutRows, param.Parameterized):
         full = len(frame) >= int(spec.cap or 0)
         bound, _ = self._cap_bounds()
         if bound is None:
-            if self.window is None:
-                return (f"{name}: the latest {spec.cap:,} rows of the run; the store holds "
-                        f"more" if full else "")
-            return (f"{name}: the run's latest {spec.cap:,} rows, not this stretch's (read "
-                    f"for a stretch in the past, the view costs what the run holds after it)"
-                    if full else f"{name}: every row of the run, not only this stretch's")
+            return (f"{name}: the latest {spec.cap:,} rows of the run; the store holds more"
+                    if full else "")
         t0 = self.origin_ns()
         which = f"the latest {spec.cap:,}" if full else "the"
+        past = self.window is not None and self.window[1] is not None
         return (f"{name}: {which} rows that start from {(bound - t0) / 1e9:,.0f} s "
-                f"({CAP_MARGIN_NS // 60 // 10**9} minutes before the window) to the run's head")
+                f"({CAP_MARGIN_NS // 60 // 10**9} minutes before "
+                + ("the run's last stretch) to its head, not this stretch's: read for a "
+                   "stretch in the past, the view costs what the run holds after it"
+                   if past else "the window) to the run's head"))
 
     def refresh(self, *, full: bool = False) -> bool:
         """Read what changed since the last refresh; True if any frame changed."""
