@@ -392,7 +392,9 @@ def test_picking_a_train_step_moves_the_window_onto_it(steps_store):
 
 def test_opening_a_large_run_reads_no_span_table(store, monkeypatch):
     """Every read a session makes on open goes through the kept rows and counts: none names the
-    span tables (the run ids, the span count, the capped views' floors included)."""
+    span tables (the span count and the capped views' floors included), but the run ids
+    (``RunStore.run_ids``: the spans' own run ids, which a file edited behind the store's back
+    can hold apart from its kept counts; tests/dashboard/test_gym_browser.py)."""
     seen = recorded(monkeypatch)
     original = RunStore.query
 
@@ -403,7 +405,6 @@ def test_opening_a_large_run_reads_no_span_table(store, monkeypatch):
     monkeypatch.setattr(RunStore, "query", query)
     data = DataStore(store, shared=reads())
     assert data.large and seen
-    scans = [s for s in seen if re.search(r"\bFROM (main\.)?(all_)?spans\b", s)]
+    scans = [s for s in seen if re.search(r"\bFROM (main\.)?(all_)?spans\b", s)
+             and "SELECT DISTINCT run_id FROM spans" not in s]
     assert not scans, scans
-    assert store.run_ids() == [r for (r,) in original(
-        store, "SELECT DISTINCT run_id FROM spans WHERE run_id IS NOT NULL ORDER BY 1")]
