@@ -21,6 +21,7 @@ default there).
 
     python benchmarks/bench_window.py --spans 2000000 --reps 3 --sessions 3
     python benchmarks/bench_window.py RUN.duckdb
+    python benchmarks/bench_window.py B100M.duckdb --no-browser --modes window
 
 Quote the load it prints with the figures.
 """
@@ -111,6 +112,9 @@ def main() -> int:
     ap.add_argument("--memory-mib", type=int, default=8192,
                     help="the dashboard's memory bound (high: this measures, it does not refuse)")
     ap.add_argument("--no-browser", action="store_true", help="the headless part only")
+    ap.add_argument("--modes", default="window,whole",
+                    help="which modes, comma-separated (window only: a run too large to read "
+                         "whole, e.g. 10^8 spans)")
     ap.add_argument("--serve", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--mode", default="window", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -128,7 +132,7 @@ def main() -> int:
         run = str(Path(tmp) / "run.duckdb")
         synthetic.generate(run, spans=args.spans)
     print(f"load {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}; {run}", flush=True)
-    modes = ("window", "whole")
+    modes = tuple(m for m in args.modes.split(",") if m in ("window", "whole"))
     quiet: dict[str, list[dict]] = {m: [] for m in modes}
     pages: dict[str, list[dict]] = {m: [] for m in modes}
     try:

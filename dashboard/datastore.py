@@ -108,9 +108,18 @@ class ViewSpec:
     anchor: tuple[str, ...] = ()
     # what "the latest" rows of a capped view are: its ORDER BY (names from this file only)
     latest: str = "start_ns DESC, span_id"
+    # a capped view's time column: the floor and, in window mode, the window bound it
+    at: str = "start_ns"
 
 
 MAX_DETAIL_ROWS = 20_000  # Gym rollouts / model calls a dashboard holds (the latest)
+# window mode up to the run's head: a capped view (the Gym tables, the engine views) holds its
+# latest rows that start from lo - CAP_MARGIN_NS on, so a row that began up to this long before
+# the window (a Gym rollout still running into it) is listed, and no read reaches further back
+# (a window that ends before the head: those of the window a session opens on, ``_cap_bounds``)
+CAP_MARGIN_NS = 10 * 60 * 10**9
+# the width of the store's kept span counts (``d_span_buckets``, derived.BUCKET_NS)
+SPAN_BUCKET_NS = 60 * 10**9
 # a store that keeps no per-second sums (a lake, an older file) has its whole-run picture summed
 # from the views' rows up to this many tries
 PICTURE_FROM_ROWS_UP_TO = 200_000
@@ -140,7 +149,7 @@ VIEWS: dict[str, ViewSpec] = {v.name: v for v in (
     # (one row per engine and scrape, capped to the latest) and the engine behind each shard
     ViewSpec("engine_requests", ("span_id",), (), optional=True, cap=MAX_DETAIL_ROWS),
     ViewSpec("engine_state", ("engine", "ts_ns"), (), optional=True, cap=MAX_DETAIL_ROWS,
-             latest="ts_ns DESC, engine"),
+             latest="ts_ns DESC, engine", at="ts_ns"),
     ViewSpec("shard_engines", ("span_id",), (), optional=True),
     ViewSpec("incidents", ("incident_id",), (), INCIDENT_COLUMNS, optional=True),
     ViewSpec("run_thresholds", ("run_id",), (),
@@ -321,8 +330,12 @@ class DataStore(RolloutRows, param.Parameterized):
     def _typed_empty(self, spec: ViewSpec) -> pd.DataFrame:
         """The view's frame with no rows: its columns and types, from the store itself."""
         if not spec.optional or self._view_present(spec.name):
+            # from what the rows are read from (``_read_sql``): the kept incidents' columns
+            # are the view's, read without planning every detector (0.1-0.5 s at 10^8 spans)
+            relation = getattr(self.store, "relation", None)
+            source = relation(spec.name) if relation is not None else spec.name
             try:
-                return self._shared_read(f"SELECT * FROM {spec.name} LIMIT 0", [],
+                return self._shared_read(f"SELECT * FROM {source} LIMIT 0", [],
                                          what=f"the columns of {spec.name}")[0]  # from VIEWS
             except StoreError as exc:
                 if not spec.optional:
@@ -416,9 +429,12 @@ class DataStore(RolloutRows, param.Parameterized):
                   floor: int | None) -> tuple[str, list]:
         """The query of ``_read`` (names from VIEWS, not from input)."""
         window = self.window if spec.times else None
-        if spec.name in store_views.incremental() and self.macro_reads:
+        maintained = bool(getattr(self.store, "maintained", False))
+        if (spec.name in store_views.incremental() and self.macro_reads
+                and not (window is not None and since is None and maintained)):
             # through its macro: the rows an event since reached (NULL: every row), grouped
-            # from their own events only
+            # from their own events only. A window's full read on a maintained store reads the
+            # kept rows instead (below): the macro with no since groups every row of the run
             source, where, params = f"{spec.name}_since(?, ?)", [], [self.run_id, since]
             since = None
         elif spec.name in store_views.readers() and self.macro_reads:
@@ -431,7 +447,7 @@ class DataStore(RolloutRows, param.Parameterized):
             source = relation(spec.name) if relation is not None else spec.name
             where, params = ["run_id = ?"], [self.run_id]
             if floor is not None:
-                where.append("start_ns >= ?")
+                where.append(f"{spec.at} >= ?")
                 params.append(floor)
         if since is not None and spec.times:
             start, end = spec.times
@@ -456,28 +472,102 @@ class DataStore(RolloutRows, param.Parameterized):
             sql += f" ORDER BY {spec.latest} LIMIT {int(spec.cap)}"
         return sql, params
 
+    def _cap_bounds(self) -> tuple[int | None, int | None]:
+        """The stretch a capped view's rows start in, (from, None: up to the run's head);
+        (None, None): the run's latest rows, for a run read whole. In window mode, from the
+        window's lo less ``CAP_MARGIN_NS`` when the window reaches the head (the window a
+        session opens on, and live); for a window that ends before the head, the same as the
+        window a session opens on (the run's last ``window_s``): the Gym views' macros
+        (``<view>_of(run, floor_ns)``) compute every row from their floor to the run's head,
+        so a stretch in the past would cost what the run holds after it (picking the oldest
+        incident of a 10M-span run: 22-31 s), and this read is the opening's, shared."""
+        if self.window is None:
+            return None, None
+        lo, hi = self.window
+        if hi is not None:
+            first, last = self._run_span or self._read_run_span()
+            lo = max(last - int(self.window_s * 1e9), first)
+        return int(lo) - CAP_MARGIN_NS, None
+
     def _cap_floor(self, spec: ViewSpec) -> int | None:
-        """A start time the newest ``spec.cap`` rows of a capped view all start at or after,
-        or None (no anchor, or fewer anchor spans than the cap: read the whole view).
+        """A time (``spec.at``) the rows a capped view's read holds all start at or after:
+        the newest ``spec.cap`` rows' floor from its anchor spans (``_anchor_floor``; None:
+        no anchor, or fewer anchor spans than the cap), and in window mode no earlier than
+        the window's lo less ``CAP_MARGIN_NS``. None: the whole view."""
+        bound, hi = self._cap_bounds()
+        floor = self._anchor_floor(spec, hi) if spec.anchor else None
+        if bound is not None:
+            floor = bound if floor is None else max(floor, bound)
+        return floor
+
+    def _anchor_floor(self, spec: ViewSpec, hi: int | None) -> int | None:
+        """A start time the newest ``spec.cap`` rows of a capped view (those starting before
+        ``hi``, None: any) all start at or after, or None (fewer anchor spans than the cap,
+        none at all included: read the whole view).
 
         The anchor spans are some of the view's rows (one row each, same start_ns): when
         ``cap`` of them start at or after T, so do the view's newest ``cap`` rows. The view's
         macro computes them from T on (``_read``): at 10M spans the latest 20,000 model calls
         read in 0.8 s instead of 4.8 s over the whole run, the latest 20,000 Gym rollouts in
-        1.2 s instead of 15.7 s."""
-        if not spec.anchor:
-            return None
-        marks = ", ".join("?" * len(spec.anchor))
+        1.2 s instead of 15.7 s.
+
+        A store that keeps its span counts (``store.maintained``: ``d_span_buckets``, spans
+        by run, name and minute, and ``rs_tail.spans``, those not derived yet) answers from
+        them: the newest minute from which at least ``cap`` anchor spans start (a minute that
+        reaches past ``hi`` is not counted, open spans are not: both only lower the floor).
+        That reads a few rows per minute of the run, never its spans; at 10^8 spans finding
+        the cap-th newest span by a scan took 1.4-4.4 s. Other stores find that span."""
+        names = list(spec.anchor)
+        k = len(names)
+        marks = ", ".join(f"${i + 2}" for i in range(k))  # $1 the run, ${k + 2} hi
+        what = f"the newest {spec.name} of run {self.run_id}"
+        if getattr(self.store, "maintained", False):
+            w = SPAN_BUCKET_NS
+            sql = (
+                "WITH per AS (SELECT bucket_ns, sum(n) AS n FROM ("
+                "  SELECT bucket_ns, spans AS n FROM d_span_buckets WHERE run_id = $1"
+                f"    AND name IN ({marks})"
+                f"    AND (${k + 2}::BIGINT IS NULL OR bucket_ns + {w} <= ${k + 2})"
+                "  UNION ALL"
+                f"  SELECT start_ns // {w} * {w}, count(*) FROM rs_tail.spans WHERE run_id = $1"
+                f"    AND name IN ({marks}) AND start_ns IS NOT NULL"
+                f"    AND (${k + 2}::BIGINT IS NULL OR start_ns < ${k + 2}) GROUP BY ALL"
+                ") GROUP BY bucket_ns) "
+                "SELECT bucket_ns FROM (SELECT bucket_ns, sum(n) OVER (ORDER BY bucket_ns DESC "
+                "ROWS UNBOUNDED PRECEDING) AS reach FROM per) "
+                f"WHERE reach >= {int(spec.cap)} ORDER BY bucket_ns DESC LIMIT 1")
+            params = [self.run_id, *names, hi]
+        else:
+            bound, _ = self._cap_bounds()
+            sql = (f"SELECT start_ns FROM all_spans WHERE run_id = ? AND name IN "
+                   f"({', '.join('?' * k)}) AND start_ns IS NOT NULL"
+                   + (" AND start_ns >= ?" if bound is not None else "")
+                   + (" AND start_ns < ?" if hi is not None else "")
+                   + f" ORDER BY start_ns DESC LIMIT 1 OFFSET {int(spec.cap) - 1}")
+            params = [self.run_id, *names,
+                      *([bound] if bound is not None else []), *([hi] if hi is not None else [])]
         try:
-            row = self._shared_read(
-                f"SELECT start_ns FROM all_spans WHERE run_id = ? AND name IN ({marks}) "
-                f"AND start_ns IS NOT NULL ORDER BY start_ns DESC LIMIT 1 "
-                f"OFFSET {int(spec.cap) - 1}",
-                [self.run_id, *spec.anchor], what=f"the newest {spec.name} of run "
-                                                  f"{self.run_id}")[0]
+            row = self._shared_read(sql, params, what=what)[0]
         except StoreError:
             return None
-        return int(row.start_ns.iloc[0]) if len(row) else None
+        return int(row.iloc[0, 0]) if len(row) and pd.notna(row.iloc[0, 0]) else None
+
+    def capped_text(self, name: str) -> str:
+        """What a capped frame (the Gym tables, the engine views) holds, in words."""
+        spec, frame = VIEWS[name], self.frames[name]
+        full = len(frame) >= int(spec.cap or 0)
+        bound, _ = self._cap_bounds()
+        if bound is None:
+            return (f"{name}: the latest {spec.cap:,} rows of the run; the store holds more"
+                    if full else "")
+        t0 = self.origin_ns()
+        which = f"the latest {spec.cap:,}" if full else "the"
+        past = self.window is not None and self.window[1] is not None
+        return (f"{name}: {which} rows that start from {(bound - t0) / 1e9:,.0f} s "
+                f"({CAP_MARGIN_NS // 60 // 10**9} minutes before "
+                + ("the run's last stretch) to its head, not this stretch's: read for a "
+                   "stretch in the past, the view costs what the run holds after it"
+                   if past else "the window) to the run's head"))
 
     def refresh(self, *, full: bool = False) -> bool:
         """Read what changed since the last refresh; True if any frame changed."""

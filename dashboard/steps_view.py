@@ -7,6 +7,10 @@ It reads the per-step rows of the ``step_ledger`` and ``step_stragglers`` views 
 run's spans or tries: a run of 10^8 spans is a few hundred rows here. Read when the run changes,
 on a live tick only when the tries, the snapshots or the incidents changed, and when asked
 ("Read the steps again": a live run whose steps are NeMo-RL's own spans changes none of those).
+
+Picking a step (a row of the ledger's table) shows its stretch on every time plot, as picking an
+incident does: on a run read in window mode (docs/dashboard.md#window-mode) that moves the
+session's window onto the step, so the other tabs list the step's rows.
 """
 
 from __future__ import annotations
@@ -64,7 +68,8 @@ class Steps(View):
         self.ledger = pd.DataFrame(columns=LEDGER_COLUMNS)
         self.stragglers = pd.DataFrame(columns=STRAGGLER_COLUMNS)
         self._plot = pn.pane.HoloViews(split_plot(self.ledger), sizing_mode="stretch_width")
-        self._table = text_table(self.ledger[SHOWN_LEDGER], pagination=None, page_size=None)
+        self._table = text_table(self.ledger[SHOWN_LEDGER], pagination=None, page_size=None,
+                                 selectable=1)
         self._late = text_table(self.stragglers[SHOWN_STRAGGLERS])
         self._note = pn.pane.HTML(stylesheets=[CSS], sizing_mode="stretch_width")
         # a live run whose steps come from NeMo-RL's own spans changes none of the frames the
@@ -73,7 +78,23 @@ class Steps(View):
                                         visible=data.live)
         self._again.on_click(lambda *_: self._load(force=True))
         self.param.watch(self._load, "revision")
+        self._table.param.watch(self._on_select, "selection")
         self._load()
+
+    def _on_select(self, event) -> None:
+        if event.new:
+            self.pick_step(int(self._table.value.step.iloc[event.new[0]]))
+
+    def pick_step(self, step: int) -> None:
+        """Show train step ``step``'s stretch (its start to its end, or to now while it
+        runs) on every time plot; in window mode the window moves onto it."""
+        rows = self.ledger[self.ledger.step == step]
+        if not len(rows):
+            return
+        row, d = rows.iloc[0], self.data
+        end = (float(row.end_s) if pd.notna(row.end_s)
+               else (d.last_seen_ns() - d.origin_ns()) / 1e9)
+        d.show_range((float(row.start_s), max(end, float(row.start_s) + 0.001)))
 
     def _load(self, *_, force: bool = False) -> None:
         d = self.data

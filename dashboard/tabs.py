@@ -36,7 +36,7 @@ from bokeh.plotting import figure
 from rolloutscope.dashboard import plots, run_picture, style, tables
 from rolloutscope.dashboard import time_figures as tf
 from rolloutscope.dashboard import timeline_plot as tl
-from rolloutscope.dashboard.datastore import MAX_DETAIL_ROWS, DataStore
+from rolloutscope.dashboard.datastore import DataStore
 
 # load the Bokeh backend (and its option names) without notebook side effects
 hv.renderer("bokeh")
@@ -758,11 +758,9 @@ class Rollouts(View):
     def _show_parts(self) -> None:
         f = self.data.frames
         if any(len(f[n]) for n in ("gym_rollouts", "model_calls", "gym_metrics")):
-            capped = [n for n in ("gym_rollouts", "model_calls")
-                      if len(f[n]) >= MAX_DETAIL_ROWS]
-            note = (f"<span class='rs-note'>{', '.join(capped)}: the latest "
-                    f"{MAX_DETAIL_ROWS:,} rows are shown; the store holds more</span>"
-                    if capped else "")
+            said = [t for t in map(self.data.capped_text, ("gym_rollouts", "model_calls")) if t]
+            note = (f"<span class='rs-note'>{html.escape('; '.join(said))}</span>"
+                    if said else "")
             self._gym_part[:] = [pn.pane.HTML(note, stylesheets=[CSS]),
                 "**Gym rollouts** (gym.rollout: one agent /run each; select one to open its "
                 "trace)", self._gym,

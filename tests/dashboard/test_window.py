@@ -7,6 +7,9 @@ threshold is read whole as before."""
 
 from __future__ import annotations
 
+import html
+import re
+
 import pandas as pd
 import pytest
 
@@ -210,3 +213,198 @@ def test_live_the_window_follows_the_head_and_ticks_read_within_it(tmp_path):
         assert shown() == ["b", "e"]
     finally:
         inst.shutdown()
+
+
+# -- every read bounded by the window: completions, the capped views, the Steps tab ---------------
+
+def recorded(monkeypatch) -> list[str]:
+    """The SQL of every read the DataStores make from here on."""
+    seen: list[str] = []
+    original = DataStore._query_of
+
+    def query_of(self, sql, params, what):
+        seen.append(sql)
+        return original(self, sql, params, what)
+
+    monkeypatch.setattr(DataStore, "_query_of", query_of)
+    return seen
+
+
+def test_completions_are_read_from_the_kept_rows_for_the_window(store, monkeypatch):
+    seen = recorded(monkeypatch)
+    data = DataStore(store, shared=reads())
+    lo, hi = data.window
+    want = expected(store, data.run_id, "completions", lo, hi)
+    got = data.frames["completions"]
+    assert keys(got, "completions") == keys(want, "completions")
+    # an unacknowledged completion from before the window is evidence: it stays
+    before = got[got.completed_ns < lo]
+    assert len(before) and before.ack_ns.isna().all()
+    # acknowledged ones that ended before the window are not read
+    every = store.view("completions", run_id=data.run_id)
+    assert ((every.completed_ns < lo) & (every.ack_ns < lo)).any()
+    assert len(got) < len(every)
+    # read from the maintained rows (the macro with no since groups every completion)
+    reads_of = [s for s in seen if "completions" in s and "LIMIT 0" not in s]
+    assert reads_of and all(store.relation("completions") in s and "_since" not in s
+                            for s in reads_of), reads_of
+    # a window that ends before the head: completed before hi only
+    data.show_range((3000.0, 3500.0))
+    lo, hi = data.window
+    assert hi is not None
+    want = expected(store, data.run_id, "completions", lo, hi)
+    assert keys(data.frames["completions"], "completions") == keys(want, "completions")
+    assert (data.frames["completions"].completed_ns < hi).all()
+
+
+def test_a_live_tick_still_reads_completions_through_its_since_macro(store, monkeypatch):
+    data = DataStore(store, shared=reads())
+    seen = recorded(monkeypatch)
+    data.refresh()  # a tick: the rows an event since the watermark reached
+    assert any("completions_since(" in s for s in seen)
+    lo, hi = data.window
+    assert keys(data.frames["completions"], "completions") == keys(
+        expected(store, data.run_id, "completions", lo, hi), "completions")
+
+
+def capped(monkeypatch, name: str, cap: int, anchor: tuple[str, ...] | None = None) -> None:
+    import dataclasses
+
+    spec = VIEWS[name]
+    monkeypatch.setitem(VIEWS, name, dataclasses.replace(
+        spec, cap=cap, anchor=spec.anchor if anchor is None else anchor))
+
+
+def latest(store: RunStore, run: str, name: str, lo: int | None, hi: int | None) -> pd.DataFrame:
+    """The newest ``VIEWS[name].cap`` rows of view ``name`` that start in [lo, hi), from the
+    view itself."""
+    spec = VIEWS[name]
+    sql, params = f"SELECT * FROM {name} WHERE run_id = ?", [run]
+    if lo is not None:
+        sql += f" AND {spec.at} >= ?"
+        params.append(lo)
+    if hi is not None:
+        sql += f" AND {spec.at} < ?"
+        params.append(hi)
+    return store.query_df(f"{sql} ORDER BY {spec.latest} LIMIT {spec.cap}", params)
+
+
+@pytest.mark.parametrize("name,cap", [("model_calls", 300), ("gym_rollouts", 60)])
+def test_a_capped_view_holds_its_latest_rows_of_the_window_floored_from_the_kept_counts(
+        store, monkeypatch, name, cap):
+    from rolloutscope.dashboard.datastore import CAP_MARGIN_NS
+
+    capped(monkeypatch, name, cap)
+    seen = recorded(monkeypatch)
+    data = DataStore(store, shared=reads())
+    lo, hi = data.window
+    spec = VIEWS[name]
+    # the floor from the kept per-minute counts: at or below the cap-th newest anchor span,
+    # within a minute of it, and no read scans the spans for it
+    floor = data._anchor_floor(spec, None)
+    anchors = store.query_df(
+        "SELECT start_ns FROM all_spans WHERE run_id = ? AND name IN "
+        f"(SELECT unnest(?::VARCHAR[])) ORDER BY start_ns DESC LIMIT {cap}",
+        [data.run_id, list(spec.anchor)]).start_ns
+    assert len(anchors) == cap
+    assert floor is not None and anchors.min() - 60 * S < floor <= anchors.min()
+    assert not any("all_spans" in s and "OFFSET" in s for s in seen)
+    # the frame: the view's newest rows that start from the window's lo less the margin on
+    want = latest(store, data.run_id, name, lo - CAP_MARGIN_NS, hi)
+    assert len(want) == cap  # the cap binds: the floor had to be right
+    assert keys(data.frames[name], name) == keys(want, name)
+    assert data.capped_text(name).startswith(f"{name}: the latest {cap:,} rows that start")
+    # the Rollouts tab says so above the Gym tables
+    assert html.escape(data.capped_text(name)) in Rollouts(data)._gym_part[0].object
+    # moved into the middle of the run: the rows the session opened on (read for a stretch in
+    # the past, the view's macro would compute every row from there to the head), the very
+    # same shared read, and it says so
+    opened = data.frames[name]
+    data.show_range((2000.0, 2600.0))
+    assert data.window[1] is not None
+    assert data.frames[name] is opened
+    assert "not this stretch's" in data.capped_text(name)
+    # read whole (a small run): the run's newest rows, as before
+    whole = DataStore(store, shared=reads(window_spans=10**9))
+    assert keys(whole.frames[name], name) == keys(
+        latest(store, whole.run_id, name, None, None), name)
+    assert whole.capped_text(name) == f"{name}: the latest {cap:,} rows of the run; " \
+        "the store holds more"
+
+
+def test_a_capped_view_with_no_anchor_span_reads_the_window_without_a_scan(store, monkeypatch):
+    from rolloutscope.dashboard.datastore import CAP_MARGIN_NS
+
+    capped(monkeypatch, "model_calls", 10**6, anchor=("no.such.span",))
+    seen = recorded(monkeypatch)
+    data = DataStore(store, shared=reads())
+    assert data._anchor_floor(VIEWS["model_calls"], None) is None
+    lo, hi = data.window
+    want = latest(store, data.run_id, "model_calls", lo - CAP_MARGIN_NS, hi)
+    assert keys(data.frames["model_calls"], "model_calls") == keys(want, "model_calls")
+    assert not any("FROM all_spans" in s for s in seen), seen
+    whole = DataStore(store, shared=reads(window_spans=10**9))
+    assert len(whole.frames["model_calls"]) == len(store.view("model_calls",
+                                                              run_id=whole.run_id))
+
+
+@pytest.fixture(scope="module")
+def steps_store(tmp_path_factory):
+    from rolloutscope.replay.run_scenario import replay_into_store
+    from rolloutscope.replay.scenarios import get
+
+    p = tmp_path_factory.mktemp("window-steps") / "steps.duckdb"
+    with RunStore(p) as s:
+        replay_into_store(get("healthy-baseline"), s, run_id="steps")
+    with RunStore(p, read_only=True) as s:
+        yield s
+
+
+def test_picking_a_train_step_moves_the_window_onto_it(steps_store):
+    from rolloutscope.dashboard.steps_view import Steps
+
+    store = steps_store
+    data = DataStore(store, shared=reads(window_spans=0, minutes=1))
+    view = Steps(data)
+    steps = store.query_df("SELECT step, start_ns, end_ns FROM step_ledger WHERE run_id = ? "
+                           "ORDER BY step", [data.run_id])
+    assert len(steps) >= 3 and data.large
+    first = steps.iloc[0]  # far from the head the window opens on
+    assert data.window[0] > first.end_ns
+    view._table.selection = [0]  # the row of step 1
+    lo, hi = data.window
+    assert lo <= first.start_ns and first.end_ns <= hi
+    assert data.time_range == pytest.approx(((first.start_ns - data.origin_ns()) / S,
+                                             (first.end_ns - data.origin_ns()) / S), abs=1e-3)
+    n = assert_window_rows(data, store)
+    assert n and len(data.frames["rollout_attempts"])
+    # a step shorter than the window: the window widened around it
+    short = steps.iloc[1]
+    view.pick_step(int(short.step))
+    lo, hi = data.window
+    assert lo <= short.start_ns and short.end_ns <= (hi or data.last_seen_ns())
+    assert_window_rows(data, store)
+    # a run read whole: the time plots move, nothing is re-read
+    whole = DataStore(store, shared=reads(window_spans=10**9))
+    Steps(whole).pick_step(int(first.step))
+    assert whole.window is None and whole.time_range is not None
+
+
+def test_opening_a_large_run_reads_no_span_table(store, monkeypatch):
+    """Every read a session makes on open goes through the kept rows and counts: none names the
+    span tables (the span count and the capped views' floors included), but the run ids
+    (``RunStore.run_ids``: the spans' own run ids, which a file edited behind the store's back
+    can hold apart from its kept counts; tests/dashboard/test_gym_browser.py)."""
+    seen = recorded(monkeypatch)
+    original = RunStore.query
+
+    def query(self, sql, params=None, *args, **kw):
+        seen.append(sql)
+        return original(self, sql, params, *args, **kw)
+
+    monkeypatch.setattr(RunStore, "query", query)
+    data = DataStore(store, shared=reads())
+    assert data.large and seen
+    scans = [s for s in seen if re.search(r"\bFROM (main\.)?(all_)?spans\b", s)
+             and "SELECT DISTINCT run_id FROM spans" not in s]
+    assert not scans, scans
