@@ -16,7 +16,8 @@ Where the store keeps its rows as spans arrive, the RL tries' and deadlines' cou
 from the per-second sums it keeps (``summaries.step_counts``): a second is counted in the step
 its last instant falls in, so an event in the very second a step's training ends may be counted
 in the next step. The step boundaries are read from the kept ``train_step_spans``. The Gym
-rows, the snapshot windows and the incidents are read from their views.
+rows (their ends and outcomes only), the snapshot windows and the incidents are read from their
+maintained views.
 """
 
 from __future__ import annotations
@@ -79,7 +80,12 @@ def step_table(store: RunStore, run_id: str) -> pd.DataFrame:
         sums = summaries.step_counts(store, run_id, ends)
         for col in ("committed", "failed_tries", "redispatches", "timeouts"):
             counts[col] += sums[col].to_numpy()
-        att = store.view("gym_attempts", run_id=run_id)
+        # the Gym tries' ends and outcomes only (the whole rows of a large run's Gym
+        # rollouts, 900k at 10^8 spans, took 3.9 s of a 7.9 s step table)
+        att = store.query_df(
+            f"SELECT end_ns, outcome FROM {store.relation('gym_attempts')} "
+            "WHERE run_id = ? AND outcome IN ('committed', 'finished', 'failed', 'cancelled')",
+            [run_id])
     else:
         att = store.view("rollout_attempts", run_id=run_id)
         add("redispatches", att.start_ns[(att.attempt.fillna(0) > 0) & (att.dialect == "rl")])

@@ -94,3 +94,21 @@ def test_a_run_compared_with_itself_is_refused_however_its_path_is_spelled(pair_
     other = pair_path.parent / "copy.duckdb"
     other.write_bytes(pair_path.read_bytes())
     assert main(["diff", f"{pair_path}:capture", f"{other}:capture"]) == 0
+
+
+def test_a_gym_deployment_counts_its_finished_and_failed_rollouts(tmp_path):
+    """Released Gym's rollouts (no RL try) count as committed where they finished and as
+    failed tries where they failed, read from the maintained rows as from the views."""
+    from tests.gym_capture import collect_capture
+
+    path = collect_capture(tmp_path / "gym.duckdb")
+    with RunStore(path, read_only=True) as store:
+        assert store.maintained
+        (run,) = store.run_ids()
+        gym = store.view("gym_attempts", run_id=run)
+        finished = int(gym.outcome.isin(["committed", "finished"]).sum())
+        failed = int(gym.outcome.isin(["failed", "cancelled"]).sum())
+        assert finished > 0
+        steps = step_table(store, run)
+        assert int(steps.committed.sum()) == finished
+        assert int(steps.failed_tries.sum()) == failed
