@@ -16,7 +16,10 @@ tick cannot afford each time, an incident a few seconds late is still news, and 
 stopped growing cannot have new incidents. Those re-reads run on a background thread, started
 once the tick that asks for them has read and redrawn (between ticks, not against them), and
 land on the tick after they finish, so a tick never waits on the detectors; only a full reload
-reads them inline. ``frame_versions`` counts changes per frame, so a view redraws only the elements
+reads them inline. Whichever way, they keep to ``WHOLE_READ_SHARE`` (a tenth) of the time per
+dashboard process: after a read of c seconds the next waits 9c (a live 10^8-span run's
+detectors take seconds, computed by the collector that serves the run), and a full reload
+keeps the frames it has until then. ``frame_versions`` counts changes per frame, so a view redraws only the elements
 whose frames changed.
 
 A view that a store file predates (``incidents`` and ``run_thresholds`` arrived after the first
@@ -85,6 +88,31 @@ FULL_RELOAD_EVERY = 30
 INCIDENTS_EVERY = 4
 # one thread for every session's background reads of the whole views: they queue, not pile up
 _WHOLE_READS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rolloutscope-incidents")
+# the reads of the whole views (the incident detectors, a few seconds over a live 10^8-span run,
+# computed by the collector that serves the run) take at most this share of the time, counted
+# per dashboard process: after one that took c seconds the next starts no sooner than
+# c * (1 / share - 1) later. A small run's take milliseconds and are not held back.
+WHOLE_READ_SHARE = 0.1
+
+
+class _Pace:
+    """When the next read of the whole views may start (``WHOLE_READ_SHARE``)."""
+
+    def __init__(self, share: float) -> None:
+        self.share = share
+        self._next = 0.0
+        self._lock = threading.Lock()
+
+    def due(self) -> bool:
+        with self._lock:
+            return time.monotonic() >= self._next
+
+    def took(self, seconds: float) -> None:
+        with self._lock:
+            self._next = time.monotonic() + seconds * (1 / self.share - 1)
+
+
+_WHOLE_PACE = _Pace(WHOLE_READ_SHARE)
 LATE_MARGIN_NS = 30 * 10**9  # rows ending this long before the latest time seen are re-read
 
 
@@ -287,6 +315,7 @@ class DataStore(RolloutRows, param.Parameterized):
         self._ticks = 0
         self._watermark: int | None = None
         self._grown = False  # the run grew since incidents were last read
+        self._whole_for: str | None = None  # the run whose whole views the frames hold
         self._run_mark: object = None
         self._whole: Future | None = None  # a background read of the whole views
         self.frame_versions: dict[str, int] = dict.fromkeys(VIEWS, 0)
@@ -588,12 +617,23 @@ class DataStore(RolloutRows, param.Parameterized):
         if full:
             self._whole = None  # a full read is fresher than anything still in flight
         changed = self._take_whole()
+        # a full reload re-reads the whole views inline only when they are due (their first
+        # read for this run, or the pace allows): else they stay, and are read in the
+        # background once it does
+        whole_inline = full and (self._whole_for != self.run_id or _WHOLE_PACE.due())
+        if full and not whole_inline:
+            self._grown = True
+        whole_s = 0.0
         for name, spec in VIEWS.items():
             if not (spec.times or full):
+                continue
+            if not spec.times and not spec.rarely and not whole_inline:
                 continue
             started = time.perf_counter()
             new, token = self._read_tokened(spec, None if not spec.times else since)
             self.last_refresh_by_view[name] = (time.perf_counter() - started) * 1e3
+            if not spec.times and not spec.rarely:
+                whole_s += time.perf_counter() - started
             if new is None:
                 continue
             old = self.frames[name]
@@ -623,6 +663,9 @@ class DataStore(RolloutRows, param.Parameterized):
             changed = True
             if spec.times:
                 self._grown = True
+        if whole_inline:
+            self._whole_for = self.run_id
+            _WHOLE_PACE.took(whole_s)
         if full:
             self.config = self.store.run_config(self.run_id)
             self._run_moved()  # what a full read covered: the next look compares against it
@@ -758,15 +801,21 @@ class DataStore(RolloutRows, param.Parameterized):
     def _read_whole_in_background(self) -> None:
         if self._whole is not None and not self._whole.done():
             return  # the previous read is still running: its result is as fresh
+        if not _WHOLE_PACE.due():
+            self._grown = True  # still due: a later tick asks again
+            return
         run_id = self.run_id
         specs = [spec for spec in VIEWS.values() if not spec.times and not spec.rarely]
 
         def read() -> tuple[str | None, dict[str, tuple[pd.DataFrame | None, float, object]]]:
-            out = {}
-            for spec in specs:
-                started = time.perf_counter()
-                new, token = self._read_tokened(spec, None)
-                out[spec.name] = (new, (time.perf_counter() - started) * 1e3, token)
+            out, began = {}, time.perf_counter()
+            try:
+                for spec in specs:
+                    started = time.perf_counter()
+                    new, token = self._read_tokened(spec, None)
+                    out[spec.name] = (new, (time.perf_counter() - started) * 1e3, token)
+            finally:
+                _WHOLE_PACE.took(time.perf_counter() - began)
             return run_id, out
 
         self._whole = _WHOLE_READS.submit(read)
@@ -825,6 +874,7 @@ class DataStore(RolloutRows, param.Parameterized):
         self._watermark = None
         self._ticks = 0
         self._run_mark = None
+        self._whole_for = None
         self._contexts = {}
         try:
             self.refresh(full=True)
