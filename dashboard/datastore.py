@@ -19,8 +19,8 @@ land on the tick after they finish, so a tick never waits on the detectors; only
 reads them inline. Whichever way, they keep to ``WHOLE_READ_SHARE`` (a tenth) of the time per
 dashboard process: after a read of c seconds the next waits 9c (a live 10^8-span run's
 detectors take seconds, computed by the collector that serves the run), and a full reload
-keeps the frames it has until then. ``frame_versions`` counts changes per frame, so a view redraws only the elements
-whose frames changed.
+keeps the frames it has until then. ``frame_versions`` counts changes per frame, so a view
+redraws only the elements whose frames changed.
 
 A view that a store file predates (``incidents`` and ``run_thresholds`` arrived after the first
 files were written, ``serving_samples`` is proposed) reads as an empty frame with its columns;
