@@ -310,7 +310,8 @@ class QueryEngine:
             cur.execute("SET python_enable_replacements = false")
             # this reader streams the result in batches under its byte limit: DuckDB's own small
             # stream buffer, not the store's whole-result one, keeps a large result from
-            # filling the collector's memory (tests/collectors/test_query_isolation.py)
+            # filling the collector's memory (tests/collectors/test_query_isolation.py); the
+            # result is materialized first (``_fetch``), so the small buffer is safe
             cur.execute("RESET streaming_buffer_size")
             statement = check_read_only(cur, sql)
             with _Deadline(cur, at, limit_s) as timer:
@@ -339,7 +340,23 @@ class QueryEngine:
     def _fetch(self, cur: duckdb.DuckDBPyConnection, statement: str, fmt: str,
                timer: _Deadline, params: list) -> QueryResult:
         limits = self.limits
-        result = cur.execute(statement, params)
+        # DuckDB 1.5 deadlocks streaming some plans (a union whose branches join the kept
+        # rows, e.g. a dashboard's window of rs_read.completions or rs_read.rollout_attempts)
+        # once their result outgrows its stream buffer: every thread parks, and an interrupt
+        # is ignored. So the result is made first, in this cursor's own temporary table (no
+        # stream: bounded by max_rows + 1 rows and the store's memory limit, past which it
+        # spills to disk), and streamed from there, which a plain table's scan does safely.
+        cur.execute(f"CREATE OR REPLACE TEMP TABLE {_RESULT} AS SELECT * FROM ({statement}) "
+                    f"LIMIT {int(limits.max_rows) + 1}", params)
+        try:
+            return self._stream(cur, fmt, timer)
+        finally:
+            cur.execute(f"DROP TABLE IF EXISTS {_RESULT}")
+
+    def _stream(self, cur: duckdb.DuckDBPyConnection, fmt: str,
+                timer: _Deadline) -> QueryResult:
+        limits = self.limits
+        result = cur.execute(f"SELECT * FROM {_RESULT}")
         reader = result.to_arrow_reader(64 * 1024)
         out = _JsonOut(reader.schema) if fmt == "json" else _ArrowOut(reader.schema)
         rows = 0
@@ -360,6 +377,9 @@ class QueryEngine:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+_RESULT = "rs_query_result"  # a query's result, in its cursor's temporary schema (``_fetch``)
 
 
 class _ArrowOut:
