@@ -90,9 +90,10 @@ class Server:
             self.proc.wait(10)
 
 
-def open_at_once(browser, url: str, n: int, timeout_s: float = 300.0) -> list[float]:
-    """``n`` pages asked for at once; each one's seconds until its Overview is drawn (None: the
-    busy page, or not drawn within the timeout)."""
+def open_at_once(browser, url: str, n: int, timeout_s: float = 300.0
+                 ) -> tuple[list[float | None], list]:
+    """``n`` pages asked for at once: each one's seconds until its Overview is drawn (None: the
+    busy page, or not drawn within the timeout), and the (context, page) pairs, still open."""
     pages, t0 = [], time.perf_counter()
     for _ in range(n):
         ctx = browser.new_context(viewport={"width": 1600, "height": 1000})

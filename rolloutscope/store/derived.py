@@ -366,6 +366,10 @@ _SPAN_CATALOG_MAINTAINED = f"""    WITH sums AS (
            m.median_s, s.max_s
     FROM sums s LEFT JOIN medians m USING ({_CATALOG_KEY})
 )"""
+# views whose first step, spans grouped by a key, ``rs_read`` replaces by the kept sums plus the
+# spans not derived yet: (the step's text in the view, what replaces it)
+_FIRST_STEP_KEPT = {"services": (_SERVICES_FROM, _SERVICES_MAINTAINED),
+                    "span_catalog": (_SPAN_CATALOG_FROM, _SPAN_CATALOG_MAINTAINED)}
 _KEPT_DDL_MERGED = (_COMPLETIONS_DDL, *_CATALOG_DDL)
 _MERGED_PASS = (_COMPLETIONS_PASS, *_CATALOG_PASS)
 _MERGED_READ = (_COMPLETIONS_MAINTAINED, _SPAN_CATALOG_MAINTAINED)
@@ -452,14 +456,10 @@ def install(con: duckdb.DuckDBPyConnection) -> bool:
     for stmt in (*_SUMMARY_DDL, _SECONDS_DDL, *_KEPT_DDL_MERGED):
         con.execute(stmt)
     for name, text in _views.definitions():
-        if name == "services":
-            assert _SERVICES_FROM in text, "services no longer groups spans by resource first"
-            con.execute(_views.in_schema(text.replace(_SERVICES_FROM, _SERVICES_MAINTAINED),
-                                         "rs_read"))
-        elif name == "span_catalog":
-            assert _SPAN_CATALOG_FROM in text, "span_catalog no longer groups spans by key first"
-            con.execute(_views.in_schema(
-                text.replace(_SPAN_CATALOG_FROM, _SPAN_CATALOG_MAINTAINED), "rs_read"))
+        if name in _FIRST_STEP_KEPT:
+            step, kept = _FIRST_STEP_KEPT[name]
+            assert step in text, f"{name} no longer groups spans by its key first"
+            con.execute(_views.in_schema(text.replace(step, kept), "rs_read"))
         elif name == "completions":
             con.execute(_views.in_schema(text, "rs_read"))  # completions_since reads the events
             con.execute(_COMPLETIONS_MAINTAINED)
