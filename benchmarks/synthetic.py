@@ -16,7 +16,9 @@ backends are probed (``GET /health``) every 30 s. Among those, one backend answe
 stretch while its probes pass (a wedged backend), about one call in 2000 is answered 429 on five
 tries (a retry storm), and about one /run in 1000 answers 502. Halfway through, no prompt starts
 for ``hang_s`` seconds, so nothing commits for longer than the stall timeout (one stall). One
-generation shard in 64 goes suspect and dead.
+generation shard in 64 goes suspect and dead. The trainer takes a step for every
+``prompts_per_step`` prompts started (ten steps at least): a minute of training
+(``rl.train_step``) and a weight sync.
 
     .venv/bin/python benchmarks/synthetic.py OUT.duckdb --spans 10000000
 """
@@ -45,7 +47,8 @@ GYM_CALLS = 3  # model calls per released Gym rollout
 
 def generate(path: str | Path, *, spans: int = 10_000_000, snapshot_every_s: int = 300,
              shards: int = 64, released_gym_every: int = 8, hang_s: int = 1000,
-             commits: int = 1, on_commit=None) -> dict[str, int]:
+             commits: int = 1, on_commit=None,
+             prompts_per_step: int = 16384, train_steps: bool = True) -> dict[str, int]:
     """Write the run. ``commits`` > 1: the prompts are written in that many commits in start
     order (snapshots, shards and probes first), and the store's maintained rows are derived
     after each, as a collector's writer derives them in passes (``on_commit(i, spans_added,
@@ -71,6 +74,11 @@ def generate(path: str | Path, *, spans: int = 10_000_000, snapshot_every_s: int
             con.execute(_CHECKPOINTS, [RUN, duration_s // snapshot_every_s, snapshot_every_s])
             con.execute(_SHARDS, [RUN, shards, duration_s])
             con.execute(_PROBES, [RUN, duration_s // 30])
+            # a small run still has ten steps
+            per_step = min(prompts_per_step, max(1, prompts // 10))
+            step_every_s = max(60, round(per_step * active_s / prompts))
+            if train_steps:
+                con.execute(STEPS, [RUN, duration_s // step_every_s, step_every_s])
             step = -(-prompts // commits)
             for i, lo in enumerate(range(0, prompts, step)):
                 before = con.execute("SELECT count(*) FROM spans").fetchall()[0][0]
@@ -375,6 +383,20 @@ FROM range(1, $2 + 1) k(i),
              (2, 'gym.checkpoint.prepare', 'model'), (3, 'gym.checkpoint.prepare', 'agent'),
              (4, 'gym.checkpoint.commit', 'agent'), (5, 'gym.checkpoint.resume', 'agent'),
              (6, 'gym.checkpoint.coordinate.commit', 'controller')) ph(j, name, kind)""")
+
+# the trainer: train step k trains for a minute from k * $3 seconds (a batch of prompts_per_step
+# prompts at the rate they start), then syncs its weights for 5 s: rolloutscope's rl.train_step
+# and rl.weight_sync spans ('rl' dialect of train_steps); $2 steps
+STEPS = insert_spans(f"""
+SELECT $1, 'f' || lpad(to_hex(k.i), 31, '0'), lpad(to_hex(k.i * 16 + ph.j), 16, '0'), NULL,
+       ph.name, 'INTERNAL', 'nemo-rl/trainer',
+       {T0} + k.i * $3::BIGINT * {S}::BIGINT + ph.from_s * {S}::BIGINT,
+       {T0} + k.i * $3::BIGINT * {S}::BIGINT + ph.to_s * {S}::BIGINT,
+       'UNSET', NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       json_object('nemo.rl.train.step', k.i - 1, 'nemo.rl.weight_version', k.i)::VARCHAR
+           AS attributes, NULL, 'synthetic'
+FROM range(1, $2 + 1) k(i),
+     (VALUES (0, 'rl.train_step', 0, 60), (1, 'rl.weight_sync', 60, 65)) ph(j, name, from_s, to_s)""")
 
 # the wrapped prompts in flight at a snapshot are parked for it
 _PARKED = insert_spans(f"""
