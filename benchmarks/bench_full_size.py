@@ -1,7 +1,8 @@
 """The reads of issue #47's table on one large run, against the same reads computed from the
 views in the same run: the CLI's ``incidents`` (whole run and ``--since 1h``) and ``info``
-(process start included), one hour's and one step's rows from the maintained tables, and the
-whole run by minute and by step from the kept per-second sums. Medians of --rounds (≥3); the
+(process start included), one hour's and one step's rows from the maintained tables, the
+whole run by minute and by step from the kept per-second sums, and the step ledger and a
+step's stragglers from the kept steps. Medians of --rounds (≥3); the
 load is printed before and after.
 
     .venv/bin/python benchmarks/synthetic.py RUN.duckdb --spans 100000000 --commits 50
@@ -25,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 from rolloutscope.store import RunStore, summaries  # noqa: E402
+from rolloutscope.store.ledger import ledger_table, straggler_table  # noqa: E402
 from rolloutscope.store.steps import step_table  # noqa: E402
 
 CLI = [sys.executable, "-m", "rolloutscope"]
@@ -90,6 +92,18 @@ def main() -> None:
         with RunStore(args.run, read_only=True) as store:
             fn(store)
 
+    def scratch(sql: str) -> None:
+        with RunStore(args.run, read_only=True) as store, store.cursor() as cur:
+            cur.execute(sql, [run]).fetchall()
+
+    def steps_tab(store) -> None:
+        # what the Steps tab reads: the ledger, then the latest steps' stragglers (2,000 rows)
+        ledger = ledger_table(store, run)
+        if len(ledger):
+            from dashboard.steps_view import latest_steps_from
+            straggler_table(store, run, from_step=latest_steps_from(ledger),
+                            incidents=store.view("incidents", run_id=run))
+
     def scratch_incidents() -> None:
         # the detectors over the maintained rows: what a reader of a store that changed since
         # its incidents were kept runs (the views over every span, ``incidents``, did not
@@ -110,6 +124,14 @@ def main() -> None:
          lambda: read(lambda s: summaries.buckets(s, run, 60))),
         ("whole run by step (steps.step_table)", None,
          lambda: read(lambda s: step_table(s, run))),
+        ("the step ledger (ledger.ledger_table)",
+         lambda: scratch("SELECT * FROM step_ledger WHERE run_id = ?"),
+         lambda: read(lambda s: ledger_table(s, run))),
+        ("one step's stragglers (ledger.straggler_table)",
+         lambda: scratch("SELECT * FROM step_stragglers WHERE run_id = ? AND step = 1"),
+         lambda: read(lambda s: straggler_table(s, run, step=1))),
+        ("the Steps tab's reads (ledger, the latest steps' stragglers)", None,
+         lambda: read(steps_tab)),
     ]
     for label, before, after in cases:
         a, at = timed(after, rounds)

@@ -10,7 +10,9 @@ on a live tick only when the tries, the snapshots or the incidents changed, and 
 
 Picking a step (a row of the ledger's table) shows its stretch on every time plot, as picking an
 incident does: on a run read in window mode (docs/dashboard.md#window-mode) that moves the
-session's window onto the step, so the other tabs list the step's rows.
+session's window onto the step, so the other tabs list the step's rows. The stragglers' table
+lists the latest steps' groups, STRAGGLER_ROWS at most (a 16k-rollout step waits for about
+1,600), and a picked step's.
 """
 
 from __future__ import annotations
@@ -44,6 +46,25 @@ SHOWN_LEDGER = ["step", "start_s", "duration_s", "wait_s", "groups", *SPLIT,
                 "weight_version", "batch_weight_version", "policy_lag", "prompt_groups"]
 SHOWN_STRAGGLERS = ["step", "rollout_id", "attempt", "committed_s", "duration_s", "why"]
 STEPS_KEY = [(LABELS[c], "■", COLORS[c]) for c in SPLIT]
+# the stragglers listed before a step is picked: the latest steps' up to this many rows
+STRAGGLER_ROWS = 2000
+
+
+def latest_steps_from(ledger: pd.DataFrame, rows: int | None = None) -> int | None:
+    """The first of the latest steps whose stragglers add up to ``rows`` (STRAGGLER_ROWS) at
+    most (the last step always); None for a run without steps."""
+    rows = STRAGGLER_ROWS if rows is None else rows
+    if not len(ledger):
+        return None
+    counts = ledger.stragglers.fillna(0).astype(int).to_numpy()[::-1]
+    steps = ledger.step.to_numpy()[::-1]
+    first, total = steps[0], 0
+    for step, n in zip(steps, counts):
+        total += n
+        if total > rows and step != steps[0]:
+            break
+        first = step
+    return int(first)
 
 
 def split_plot(ledger: pd.DataFrame) -> hv.Bars:
@@ -72,6 +93,8 @@ class Steps(View):
                                  selectable=1)
         self._late = text_table(self.stragglers[SHOWN_STRAGGLERS])
         self._note = pn.pane.HTML(stylesheets=[CSS], sizing_mode="stretch_width")
+        self._late_title = pn.pane.Markdown("**The groups each step waited for last**, and why",
+                                            sizing_mode="stretch_width")
         # a live run whose steps come from NeMo-RL's own spans changes none of the frames the
         # tab follows (tries, snapshots, incidents): its new steps are read on asking
         self._again = pn.widgets.Button(label="Read the steps again", width=200,
@@ -83,7 +106,13 @@ class Steps(View):
 
     def _on_select(self, event) -> None:
         if event.new:
-            self.pick_step(int(self._table.value.step.iloc[event.new[0]]))
+            step = int(self._table.value.step.iloc[event.new[0]])
+            self.pick_step(step)
+            d = self.data
+            self.stragglers = straggler_table(d.store, d.run_id, step=step,
+                                              incidents=self._incidents())
+            self._late.value = self.stragglers[SHOWN_STRAGGLERS].round(3)
+            self._late_title.object = f"**The groups step {step} waited for last**, and why"
 
     def pick_step(self, step: int) -> None:
         """Show train step ``step``'s stretch (its start to its end, or to now while it
@@ -105,11 +134,22 @@ class Steps(View):
             self._note.object = "<span class='rs-note'>No run in this store yet.</span>"
             return
         self.ledger = ledger_table(d.store, d.run_id)
-        self.stragglers = straggler_table(d.store, d.run_id)
+        first = latest_steps_from(self.ledger)
+        self.stragglers = straggler_table(d.store, d.run_id, from_step=first,
+                                          incidents=self._incidents())
+        self._late_title.object = (
+            "**The groups the latest steps waited for last**, and why (pick a step for its own)"
+            if first is not None and first > int(self.ledger.step.min())
+            else "**The groups each step waited for last**, and why")
         self._plot.object = split_plot(self.ledger)
         self._table.value = self.ledger[SHOWN_LEDGER].round(3)
         self._late.value = self.stragglers[SHOWN_STRAGGLERS].round(3)
         self._note.object = self._summary()
+
+    def _incidents(self) -> pd.DataFrame | None:
+        """The session's incidents where it holds them (what its other tabs show)."""
+        held = self.data.frames.get("incidents")
+        return held if held is not None and {"subject", "kind"} <= set(held.columns) else None
 
     def _summary(self) -> str:
         steps = self.ledger
@@ -129,7 +169,7 @@ class Steps(View):
                          plot_title("Each step's wall time"),
                          key_pane(key_html(STEPS_KEY)), self._plot,
                          "**Per train step** (seconds; times from the run's start)", self._table,
-                         "**The groups each step waited for last**, and why", self._late,
+                         self._late_title, self._late,
                          sizing_mode="stretch_width")
 
 

@@ -59,7 +59,7 @@ MAINTAINED: tuple[str, ...] = (
     "train_step_spans",
 )
 
-SCHEMAS = ("rs_new", "rs_tail", "rs_read")
+SCHEMAS = ("rs_new", "rs_tail", "rs_steps", "rs_read")
 # A writer derives once this many rows wait, or this long after a commit. A pass costs about
 # 50 ms of CPU however few spans it covers, and about 0.3 us per span on top (1.25 us a span at
 # 50,000, 0.45 at 200,000, measured on a 1M-span synthetic run): passes of 50,000 keep the
@@ -373,9 +373,56 @@ _FIRST_STEP_KEPT = {"services": (_SERVICES_FROM, _SERVICES_MAINTAINED),
 _KEPT_DDL_MERGED = (_COMPLETIONS_DDL, *_CATALOG_DDL)
 _MERGED_PASS = (_COMPLETIONS_PASS, *_CATALOG_PASS)
 _MERGED_READ = (_COMPLETIONS_MAINTAINED, _SPAN_CATALOG_MAINTAINED)
+# -- the step ledger, kept per step -----------------------------------------------------------
+# step_ledger and step_stragglers aggregate a whole run's tries, snapshots and spans per train
+# step (20 s and 49 s over 10^8 spans). A step's rows are kept (``d_step_ledger``,
+# ``d_step_stragglers``) once a pass's spans end, at their 99th percentile, STEP_SETTLE_NS after
+# the step: every step that ended before ``kept_until_ns`` is kept. ``rs_read`` reads the kept
+# rows and computes the others in ``rs_steps``: the same views over the spans that end at or after
+# ``floor_ns`` (and events from then on), which is STEP_LOOKBACK_NS before each run's last kept
+# step had its batch (``ready_ns``). That is exact while a group's tries, calls and parked stays, and a
+# snapshot, each last less than STEP_LOOKBACK_NS (tests/store/test_step_keep.py holds rs_read to
+# the views).
+# Late spans: a pass whose spans start before ``kept_until_ns`` (an exporter that retried, a node
+# whose clock is behind, a long try exported at its end) drops the kept rows of the steps that
+# ended after that start, and they are kept again by a later pass: a kept row is never stale.
+# So does an open marker that started before ``kept_until_ns`` and arrived since the rows were
+# kept (``d_steps_markers``: the markers then open).
+STEP_SETTLE_NS = 600 * 10**9
+STEP_LOOKBACK_NS = 3600 * 10**9
+# a writer computes the steps to keep at most this often (a computation reads the spans from
+# floor_ns on: 0.5 s on a 10^8-span run)
+KEEP_STEPS_EVERY_S = 30.0
+STEP_VIEWS = ("step_ledger", "step_stragglers")
+_MIN_NS, _MAX_NS = -(2**63), 2**63 - 1
+_STEPS_STATE_DDL = """CREATE TABLE IF NOT EXISTS d_steps_state (
+    kept_until_ns BIGINT, floor_ns BIGINT, seen_end_ns BIGINT, kept_ns BIGINT)"""
+_STEPS_MARKERS_DDL = """CREATE TABLE IF NOT EXISTS d_steps_markers (
+    run_id VARCHAR, trace_id VARCHAR, span_id VARCHAR, start_ns BIGINT)"""
+_STEPS_WINDOW = (
+    f"""CREATE OR REPLACE VIEW rs_steps.spans AS SELECT * FROM main.spans
+    WHERE coalesce(end_ns, {_MAX_NS}) >= (SELECT floor_ns FROM main.d_steps_state)""",
+    """CREATE OR REPLACE VIEW rs_steps.span_events AS SELECT * FROM main.span_events
+    WHERE ts_ns >= (SELECT floor_ns FROM main.d_steps_state)""",
+)
+_STEPS_READ = (
+    """CREATE OR REPLACE VIEW rs_read.step_ledger AS
+    SELECT * FROM main.d_step_ledger
+    UNION ALL
+    SELECT * FROM rs_steps.step_ledger
+    WHERE end_ns IS NULL OR end_ns >= (SELECT kept_until_ns FROM main.d_steps_state)""",
+    """CREATE OR REPLACE VIEW rs_read.step_stragglers AS
+    SELECT * FROM main.d_step_stragglers
+    UNION ALL
+    SELECT s.* FROM rs_steps.step_stragglers s
+    WHERE s.step_span_id IS NULL
+       OR NOT EXISTS (SELECT 1 FROM main.d_step_ledger k
+                      WHERE k.run_id = s.run_id AND k.span_id = s.step_span_id)""",
+)
 # the tables kept beside the maintained rows
 SUMMARY_TABLES = ("d_span_buckets", "d_resources", "d_run_seconds", "d_completions",
-                  "d_span_catalog", "d_span_durations")
+                  "d_span_catalog", "d_span_durations", "d_step_ledger", "d_step_stragglers",
+                  "d_steps_state", "d_steps_markers")
 
 _STATE_DDL = """CREATE TABLE IF NOT EXISTS derive_state (
     spans_done BIGINT, events_done BIGINT, spans_upto BIGINT, events_upto BIGINT,
@@ -388,7 +435,8 @@ def digest() -> str:
     h = hashlib.sha256(_views.digest().encode())
     h.update(",".join(MAINTAINED).encode())
     for stmt in (*_SUMMARY_DDL, *_SUMMARY_PASS, _SERVICES_MAINTAINED, _SECONDS_DDL,
-                 _SECONDS_PASS, *_KEPT_DDL_MERGED, *_MERGED_PASS, *_MERGED_READ):
+                 _SECONDS_PASS, *_KEPT_DDL_MERGED, *_MERGED_PASS, *_MERGED_READ,
+                 _STEPS_STATE_DDL, _STEPS_MARKERS_DDL, *_STEPS_WINDOW, *_STEPS_READ):
         h.update(stmt.encode())
     return h.hexdigest()[:16]
 
@@ -446,15 +494,25 @@ def install(con: duckdb.DuckDBPyConnection) -> bool:
             con.execute(stmt)
         for _name, text in _needed(MAINTAINED):
             con.execute(_views.in_schema(text, schema))
+    con.execute(_STEPS_STATE_DDL)  # (the window reads it; made again below)
+    for stmt in _STEPS_WINDOW:
+        con.execute(stmt)
+    for _name, text in _needed(STEP_VIEWS):
+        con.execute(_views.in_schema(text, "rs_steps"))
     for name in MAINTAINED:
         con.execute(f"DROP TABLE IF EXISTS main.d_{name}")
         con.execute(f"CREATE TABLE main.d_{name} AS SELECT * FROM rs_new.{name} WHERE false")
-    for table in ("d_incidents", "incidents_state"):  # kept by other views: no longer true
+    for table in ("d_incidents", "incidents_state",  # kept by other views: no longer true
+                  *(f"d_final_{name}" for name in STEP_VIEWS)):
         con.execute(f"DROP TABLE IF EXISTS main.{table}")
     for table in SUMMARY_TABLES:
         con.execute(f"DROP TABLE IF EXISTS main.{table}")
-    for stmt in (*_SUMMARY_DDL, _SECONDS_DDL, *_KEPT_DDL_MERGED):
+    for stmt in (*_SUMMARY_DDL, _SECONDS_DDL, *_KEPT_DDL_MERGED, _STEPS_STATE_DDL,
+                 _STEPS_MARKERS_DDL):
         con.execute(stmt)
+    con.execute("INSERT INTO main.d_steps_state VALUES (?, ?, ?, 0)", [_MIN_NS, _MIN_NS, _MIN_NS])
+    for name in STEP_VIEWS:
+        con.execute(f"CREATE TABLE main.d_{name} AS SELECT * FROM rs_steps.{name} WHERE false")
     for name, text in _views.definitions():
         if name in _FIRST_STEP_KEPT:
             step, kept = _FIRST_STEP_KEPT[name]
@@ -463,6 +521,8 @@ def install(con: duckdb.DuckDBPyConnection) -> bool:
         elif name == "completions":
             con.execute(_views.in_schema(text, "rs_read"))  # completions_since reads the events
             con.execute(_COMPLETIONS_MAINTAINED)
+        elif name in STEP_VIEWS:
+            con.execute(_STEPS_READ[STEP_VIEWS.index(name)])
         elif name in MAINTAINED:
             con.execute(f"CREATE OR REPLACE VIEW rs_read.{name} AS "
                         f"SELECT * FROM main.d_{name} UNION ALL SELECT * FROM rs_tail.{name}")
@@ -499,11 +559,12 @@ def _row_count(con: duckdb.DuckDBPyConnection, table: str) -> int:
     return con.execute(f"SELECT count(*) FROM main.{table}").fetchall()[0][0]
 
 
-def derive(con: duckdb.DuckDBPyConnection) -> int:
+def derive(con: duckdb.DuckDBPyConnection, *, keep_steps_now: bool = False) -> int:
     """One pass: derive the rows of every span committed since the last pass, in one
-    transaction with the watermark. Returns the spans derived."""
+    transaction with the watermark, and keep the steps that settled when due (``keep_steps``;
+    ``keep_steps_now``: whatever the time since the last). Returns the spans derived."""
     spans_done, spans_total, events_done, events_total = pending(con)
-    if spans_total <= spans_done and events_total <= events_done:
+    if spans_total <= spans_done and events_total <= events_done and not keep_steps_now:
         return 0
     con.execute("BEGIN")
     try:
@@ -520,6 +581,7 @@ def derive(con: duckdb.DuckDBPyConnection) -> int:
                 # 1.1 s instead of 1.9, load 7)
                 stmt = re.split(r"\s+ON CONFLICT", stmt)[0]
             con.execute(stmt)
+        _steps_pass(con, keep_now=keep_steps_now)
         con.execute("UPDATE derive_state SET spans_done = ?, events_done = ?, "
                     "passes = passes + 1, updated_ns = ?",
                     [spans_total, events_total, time.time_ns()])
@@ -530,9 +592,97 @@ def derive(con: duckdb.DuckDBPyConnection) -> int:
     return spans_total - spans_done
 
 
+def _steps_pass(con: duckdb.DuckDBPyConnection, *, keep_now: bool) -> None:
+    """The pass's part in the kept steps: drop those a late span may change, then keep the
+    steps that settled when due."""
+    kept_until, floor, seen_end, kept_ns = con.execute(
+        "SELECT kept_until_ns, floor_ns, seen_end_ns, kept_ns FROM main.d_steps_state"
+    ).fetchall()[0]
+    # the pass's 99th percentile end, not its latest: a few spans from a node whose clock is
+    # ahead move nothing
+    first, middle = con.execute(
+        "SELECT least((SELECT min(start_ns) FROM rs_new.spans), "
+        "             (SELECT min(ts_ns) FROM rs_new.span_events)), "
+        "quantile_disc(coalesce(end_ns, start_ns), 0.99) FROM rs_new.spans").fetchall()[0]
+    if middle is not None and middle > seen_end:
+        seen_end = middle
+    # an open marker that started before kept_until and arrived since (a kept step's rows
+    # counted the markers then open: d_steps_markers)
+    marker = con.execute(
+        "SELECT min(o.start_ns) FROM main.open_spans o WHERE o.start_ns < ? AND NOT EXISTS ("
+        "SELECT 1 FROM main.d_steps_markers m WHERE m.trace_id = o.trace_id "
+        "AND m.span_id = o.span_id AND m.run_id IS NOT DISTINCT FROM o.run_id)",
+        [kept_until]).fetchall()[0][0]
+    if marker is not None and (first is None or marker < first):
+        first = marker
+    changed = False
+    if first is not None and first < kept_until:
+        changed = True
+        # the steps that ended after the late span started may count it
+        runs = "SELECT count(DISTINCT run_id) FROM main.d_step_ledger"
+        before = con.execute(runs).fetchall()[0][0]
+        con.execute("DELETE FROM main.d_step_ledger WHERE end_ns >= ?", [first])
+        con.execute("DELETE FROM main.d_step_stragglers s WHERE NOT EXISTS ("
+                    "SELECT 1 FROM main.d_step_ledger k "
+                    "WHERE k.run_id = s.run_id AND k.span_id = s.step_span_id)")
+        kept_until = first
+        # a run left with no kept step reads its first step's wait from its start
+        floor = (min(floor, _steps_floor(con, kept_until))
+                 if con.execute(runs).fetchall()[0][0] == before else _MIN_NS)
+    horizon = seen_end - STEP_SETTLE_NS if seen_end > _MIN_NS + STEP_SETTLE_NS else _MIN_NS
+    due = keep_now or time.time_ns() - kept_ns >= KEEP_STEPS_EVERY_S * 1e9
+    state = ("UPDATE main.d_steps_state SET kept_until_ns = ?, floor_ns = ?, seen_end_ns = ?, "
+             "kept_ns = ?")
+    con.execute(state, [kept_until, floor, seen_end, kept_ns])  # rs_steps reads the floor
+    if due and horizon > kept_until:
+        changed = True
+        kept_until, floor = _keep_steps(con, kept_until, floor, horizon)
+        con.execute(state, [kept_until, floor, seen_end, time.time_ns()])
+    if changed:
+        con.execute("DELETE FROM main.d_steps_markers")
+        con.execute("INSERT INTO main.d_steps_markers SELECT run_id, trace_id, span_id, start_ns "
+                    "FROM main.open_spans WHERE start_ns < ?", [kept_until])
+
+
+def _keep_steps(con: duckdb.DuckDBPyConnection, kept_until: int, floor: int,
+                horizon: int) -> tuple[int, int]:
+    """Keep the rows of the steps that ended in [kept_until, horizon), computed in rs_steps
+    (from ``floor``). Returns the new (kept_until, floor)."""
+    t0 = time.perf_counter()
+    con.execute("CREATE OR REPLACE TEMP TABLE rs_steps_computed AS "
+                "SELECT * FROM rs_steps.step_ledger")
+    con.execute("INSERT INTO main.d_step_ledger SELECT * FROM rs_steps_computed "
+                "WHERE end_ns >= ? AND end_ns < ?", [kept_until, horizon])
+    con.execute("INSERT INTO main.d_step_stragglers SELECT s.* FROM rs_steps.step_stragglers s "
+                "SEMI JOIN rs_steps_computed c ON c.run_id = s.run_id "
+                "AND c.span_id = s.step_span_id AND c.end_ns >= ? AND c.end_ns < ?",
+                [kept_until, horizon])
+    # a run whose steps all run past the horizon has nothing kept to read its first step's
+    # wait from: the floor stays
+    unkept_runs = con.execute(
+        "SELECT count(*) FROM (SELECT DISTINCT run_id FROM rs_steps_computed) c "
+        "ANTI JOIN main.d_step_ledger k ON k.run_id = c.run_id").fetchall()[0][0]
+    con.execute("DROP TABLE rs_steps_computed")
+    if not unkept_runs:
+        floor = max(floor, _steps_floor(con, horizon))
+    log.debug("kept the steps that ended before %d in %.2f s", horizon, time.perf_counter() - t0)
+    return horizon, floor
+
+
+def _steps_floor(con: duckdb.DuckDBPyConnection, kept_until: int) -> int:
+    """The spans rs_steps reads end at or after this: STEP_LOOKBACK_NS before each run's last
+    kept step had its batch (the next step's groups commit after that), and before
+    kept_until."""
+    last = con.execute("SELECT min(s) FROM (SELECT arg_max(ready_ns, end_ns) AS s "
+                       "FROM main.d_step_ledger GROUP BY run_id)").fetchall()[0][0]
+    bound = kept_until if last is None else min(kept_until, last)
+    return max(_MIN_NS, bound - STEP_LOOKBACK_NS)
+
+
 # -- incidents, kept --------------------------------------------------------------------------
 # The incident views run every detector over the model rows (``rs_read.incidents``). Their
-# result is kept in ``d_incidents`` with what it was computed over (the spans and events
+# result is kept in ``d_incidents`` (and the step views' whole result, kept steps and latest,
+# in ``d_final_step_ledger`` and ``d_final_step_stragglers``) with what it was computed over (the spans and events
 # committed, a checksum of the open markers): a reader whose store has not changed since reads
 # the kept rows instead of running the detectors (``RunStore.relation("incidents")``), which is
 # every read of a finished run. A store of KEEP_INCIDENTS_FROM_SPANS spans or more keeps them
@@ -564,6 +714,9 @@ def keep_incidents(con: duckdb.DuckDBPyConnection) -> float:
         spans, events, open_sum = _fingerprint(con)
         con.execute("DROP TABLE IF EXISTS main.d_incidents")
         con.execute("CREATE TABLE main.d_incidents AS SELECT * FROM rs_read.incidents")
+        for name in STEP_VIEWS:  # every step as it stands, the latest and the pending too
+            con.execute(f"DROP TABLE IF EXISTS main.d_final_{name}")
+            con.execute(f"CREATE TABLE main.d_final_{name} AS SELECT * FROM rs_read.{name}")
         cost = time.perf_counter() - t0
         con.execute("DELETE FROM incidents_state")
         con.execute("INSERT INTO incidents_state VALUES (?, ?, ?, ?, ?)",

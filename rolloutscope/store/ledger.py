@@ -5,7 +5,8 @@ trained on, and the groups it waited for last, with why.
 The rows are the ``step_ledger`` and ``step_stragglers`` views (``sql/98_step_ledger.sql``,
 ``sql/99_step_stragglers.sql``): every number is aggregated per step in SQL, so a reader holds
 one row per step and a few per straggler, never the run's tries or spans (a run can be 10^8
-spans). This module only reads them for one run and counts their times in seconds from the
+spans). A store that keeps them reads the steps that settled from their kept rows and computes
+only the latest (``derived.STEP_VIEWS``). This module only reads them for one run and counts their times in seconds from the
 run's origin (``run_reads.origin_ns``), as every other reader does.
 """
 
@@ -46,22 +47,29 @@ def _seconds(df: pd.DataFrame, origin: int) -> pd.DataFrame:
 def ledger_table(store: RunStore, run_id: str) -> pd.DataFrame:
     """One row per train step of ``run_id`` (LEDGER_COLUMNS), in step order."""
     require_run(store, run_id)
-    rows = store.query_df("SELECT * FROM step_ledger WHERE run_id = ? ORDER BY start_ns, step",
-                          [run_id])
+    rows = store.query_df(f"SELECT * FROM {store.relation('step_ledger')} WHERE run_id = ? "
+                          "ORDER BY start_ns, step", [run_id])
     return _seconds(rows, origin_ns(store, run_id))[LEDGER_COLUMNS].reset_index(drop=True)
 
 
-def straggler_table(store: RunStore, run_id: str, *, step: int | None = None) -> pd.DataFrame:
+def straggler_table(store: RunStore, run_id: str, *, step: int | None = None,
+                    from_step: int | None = None,
+                    incidents: pd.DataFrame | None = None) -> pd.DataFrame:
     """The groups each step of ``run_id`` waited for last (STRAGGLER_COLUMNS), latest first
-    within a step; ``step``: only that step's."""
+    within a step; ``step``: only that step's; ``from_step``: those of that step and later.
+    ``incidents``: the run's incidents where the caller holds them (their subject and kind),
+    else they are read."""
     require_run(store, run_id)
-    sql = "SELECT * FROM step_stragglers WHERE run_id = ?"
+    sql = f"SELECT * FROM {store.relation('step_stragglers')} WHERE run_id = ?"
     params: list = [run_id]
     if step is not None:
         sql += " AND step = ?"
         params.append(step)
+    if from_step is not None:
+        sql += " AND step >= ?"
+        params.append(from_step)
     rows = store.query_df(sql + " ORDER BY step, rank", params)
-    rows["incidents"] = _incidents_naming(store, run_id, rows.rollout_id)
+    rows["incidents"] = _incidents_naming(store, run_id, rows.rollout_id, incidents)
     named = rows.incidents.notna()
     rows.loc[named, "why"] = [
         ("" if why.startswith("no hold-up") else why + "; ") + f"incidents: {kinds}"
@@ -72,15 +80,17 @@ def straggler_table(store: RunStore, run_id: str, *, step: int | None = None) ->
 _ROW = re.compile(r"^(.+)-[0-9]+$")
 
 
-def _incidents_naming(store: RunStore, run_id: str, groups: pd.Series) -> list[str | None]:
+def _incidents_naming(store: RunStore, run_id: str, groups: pd.Series,
+                      incidents: pd.DataFrame | None) -> list[str | None]:
     """For each group, the kinds of the run's incidents whose subject names it or one of its
     rows (``p00002-0 try 0`` names p00002-0 and p00002), read from the incidents as the store
     keeps them (``RunStore.view``: the maintained rows where it has them)."""
     if not len(groups):
         return []
+    if incidents is None:
+        incidents = store.view("incidents", run_id=run_id)
     kinds: dict[str, set[str]] = {}
-    for subject, kind in store.view("incidents", run_id=run_id)[["subject", "kind"]].itertuples(
-            index=False):
+    for subject, kind in incidents[["subject", "kind"]].itertuples(index=False):
         first = str(subject).split(" ", 1)[0]
         row = _ROW.match(first)
         for key in {first, row.group(1) if row else first}:

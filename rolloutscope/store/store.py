@@ -95,6 +95,8 @@ class RunCatalog:
             return name
         if name == "incidents" and self._incidents_kept():
             return "main.d_incidents"  # computed over exactly what the store holds now
+        if name in _derived.STEP_VIEWS and self._incidents_kept():
+            return f"main.d_final_{name}"  # kept with them
         return f"rs_read.{name}"
 
     def _incidents_kept(self) -> bool:
@@ -532,7 +534,8 @@ class RunStore(RunCatalog):
                     " AND s.trace_id = o.trace_id "
                     " AND s.run_id IS NOT DISTINCT FROM o.run_id)")
                 if _derived.available(self._con):
-                    _derived.derive(self._con)  # rows written beside the writer (bulk SQL)
+                    # rows written beside the writer (bulk SQL), and the steps that settled
+                    _derived.derive(self._con, keep_steps_now=True)
                     if (_derived.pending(self._con)[1] >= _derived.KEEP_INCIDENTS_FROM_SPANS
                             and not _derived.incidents_kept_current(self._con)):
                         self._keep_incidents()

@@ -44,3 +44,30 @@ def test_the_tab_shows_the_ledger_and_its_straggler_and_renders(path):
         assert "waiting for stragglers" in view._note.object
         assert not view._again.visible  # a finished run: nothing more to read
         assert pn.panel(view).get_root() is not None
+
+
+def test_the_stragglers_of_the_latest_steps_then_of_a_picked_one(tmp_path, monkeypatch):
+    """A run of many steps lists the latest steps' stragglers up to STRAGGLER_ROWS, not the
+    run's (a 16k-rollout run waits for 1,600 groups a step), and a picked step's own."""
+    from rolloutscope.dashboard import steps_view
+    from tests.synthetic_run import synthetic_run
+
+    path = synthetic_run(tmp_path / "run.duckdb", spans=40_000)
+    with RunStore(path, read_only=True) as store:
+        ledger = ledger_table(store, "synthetic")
+        assert len(ledger) >= 10
+        per_step = dict(zip(ledger.step, ledger.stragglers))
+        last = int(ledger.step.iloc[-1])
+        monkeypatch.setattr(steps_view, "STRAGGLER_ROWS",
+                            per_step[last] + per_step[last - 1])
+        view = Steps(DataStore(store))
+        assert set(view._late.value.step) >= {last - 1, last}
+        assert min(view._late.value.step) == last - 1
+        assert len(view._late.value) == per_step[last] + per_step[last - 1] + int(
+            (view.stragglers.step == last + 1).sum())  # and the groups still running
+        assert "latest steps" in view._late_title.object
+        first = int(ledger.step.iloc[0])
+        view._table.selection = [0]
+        assert set(view._late.value.step) == {first}
+        assert len(view._late.value) == per_step[first]
+        assert f"step {first}" in view._late_title.object

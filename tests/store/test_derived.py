@@ -125,6 +125,9 @@ def test_a_scenario_derived_in_passes_reads_as_the_views(tmp_path, monkeypatch, 
     # the passes are the exporter's: the writer's own would race them for the watermark
     monkeypatch.setattr(derived, "PASS_AFTER_SPANS", 10**12)
     monkeypatch.setattr(derived, "PASS_EVERY_S", 10**9)
+    # the steps kept on every pass that settles one
+    monkeypatch.setattr(derived, "KEEP_STEPS_EVERY_S", 0.0)
+    monkeypatch.setattr(derived, "STEP_SETTLE_NS", 0)
     _PassPerExport.passes = 0
     path = tmp_path / "run.duckdb"
     with RunStore(path) as store:
@@ -352,6 +355,11 @@ def test_a_closed_store_keeps_its_incidents_while_nothing_changes(tmp_path, monk
     with RunStore(path, read_only=True) as store, store.cursor() as cur:  # kept again at close
         assert store.relation("incidents") == "main.d_incidents"
         assert _rows(cur, "main.d_incidents") == _rows(cur, "incidents")
+        # and every step with them, the latest and the groups still running included
+        for name in derived.STEP_VIEWS:
+            assert store.relation(name) == f"main.d_final_{name}"
+            assert _rows(cur, f"main.d_final_{name}") == _rows(cur, name)
+        assert sum(_rows(cur, "main.d_final_step_ledger").values()) >= 2
 
 
 def test_an_open_marker_makes_the_kept_incidents_stale(tmp_path, monkeypatch):

@@ -18,6 +18,7 @@
 --                                         nemo.gym.model_call.id)
 --   duration_s, step_median_s             the committed try's duration, and the median of
 --                                         the step's groups (a slow group: far above it)
+-- step_span_id is the step's (step_ledger's span_id; NULL for the groups after the last step).
 -- why says it in words, the likeliest first: re-dispatched, timed out, parked by a
 -- snapshot, retried model calls, failing shards, slow, still running; a group with none of
 -- these was a try of usual length that started late. (rolloutscope.store.ledger adds the
@@ -33,7 +34,8 @@ WITH steps AS (
     FROM train_steps t
 ),
 committed AS (
-    SELECT s.run_id, s.step, a.rollout_id, a.prompt_idx, a.dialect, a.attempt,
+    SELECT s.run_id, s.step, s.span_id AS step_span_id, a.rollout_id, a.prompt_idx, a.dialect,
+           a.attempt,
            a.end_ns AS committed_ns, a.duration_s,
            row_number() OVER (PARTITION BY s.run_id, s.span_id ORDER BY a.end_ns DESC,
                                                                      a.rollout_id DESC) AS rank,
@@ -47,7 +49,8 @@ committed AS (
 ),
 last_steps AS (SELECT run_id, max(step) AS step FROM steps GROUP BY run_id),
 pending AS (  -- groups with a try still running and none committed
-    SELECT a.run_id, coalesce(l.step, 0) + 1 AS step, a.rollout_id,
+    SELECT a.run_id, coalesce(l.step, 0) + 1 AS step, CAST(NULL AS VARCHAR) AS step_span_id,
+           a.rollout_id,
            any_value(a.prompt_idx) AS prompt_idx, any_value(a.dialect) AS dialect,
            max(a.attempt) AS attempt, CAST(NULL AS BIGINT) AS committed_ns,
            CAST(NULL AS DOUBLE) AS duration_s, 1 AS rank, 1 AS stragglers,
@@ -133,7 +136,8 @@ shards AS (  -- a router request names its call (<gym rollout id>.<turn>...), no
     GROUP BY g.run_id, g.rollout_id
 ),
 described AS (
-    SELECT g.run_id, g.step, g.rank, g.rollout_id, g.prompt_idx, g.dialect, g.attempt,
+    SELECT g.run_id, g.step, g.step_span_id, g.rank, g.rollout_id, g.prompt_idx, g.dialect,
+           g.attempt,
            g.committed_ns, g.duration_s, g.step_median_s,
            coalesce(t.tries, 0) AS tries, coalesce(t.failed_tries, 0) AS failed_tries,
            t.failure_reasons, coalesce(d.timeouts, 0) AS timeouts,
