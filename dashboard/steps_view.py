@@ -4,9 +4,10 @@ training, checkpoint), as stacked bars, and the ledger's rows beside the groups 
 for last, with why.
 
 It reads the per-step rows of the ``step_ledger`` and ``step_stragglers`` views only, never the
-run's spans or tries: a run of 10^8 spans is a few hundred rows here. Read when the run changes,
-on a live tick only when the tries, the snapshots or the incidents changed, and when asked
-("Read the steps again": a live run whose steps are NeMo-RL's own spans changes none of those).
+run's spans or tries: a run of 10^8 spans is a few hundred rows here. Read when the run changes:
+on a live tick when the run grew or the incidents changed, at most every LIVE_READ_EVERY_S, and
+when asked ("Read the steps again": a live run whose steps are NeMo-RL's own spans may grow
+nothing the other tabs read).
 
 Picking a step (a row of the ledger's table) shows its stretch on every time plot, as picking an
 incident does: on a run read in window mode (docs/dashboard.md#window-mode) that moves the
@@ -18,6 +19,7 @@ lists the latest steps' groups, STRAGGLER_ROWS at most (a 16k-rollout step waits
 from __future__ import annotations
 
 import html
+import time
 
 import holoviews as hv
 import pandas as pd
@@ -46,6 +48,13 @@ SHOWN_LEDGER = ["step", "start_s", "duration_s", "wait_s", "groups", *SPLIT,
                 "weight_version", "batch_weight_version", "policy_lag", "prompt_groups"]
 SHOWN_STRAGGLERS = ["step", "rollout_id", "attempt", "committed_s", "duration_s", "why"]
 STEPS_KEY = [(LABELS[c], "■", COLORS[c]) for c in SPLIT]
+# a live run's steps are read again at most this often (the writer keeps settled steps every
+# 30 s: derived.KEEP_STEPS_EVERY_S), and when asked
+LIVE_READ_EVERY_S = 30.0
+# the x axis labels each step up to this many, the ledger's table shows this many a page (the
+# last page first: the latest steps)
+MAX_STEP_LABELS = 40
+LEDGER_PAGE = 50
 # the stragglers listed before a step is picked: the latest steps' up to this many rows
 STRAGGLER_ROWS = 2000
 
@@ -74,11 +83,24 @@ def split_plot(ledger: pd.DataFrame) -> hv.Bars:
     d = pd.DataFrame(rows, columns=["step", "part", "seconds"])
     color = (hv.dim("part").categorize({LABELS[c]: COLORS[c] for c in SPLIT})
              if len(d) else style.OK)
+    steps = list(dict.fromkeys(d.step))
+    many = len(steps) > MAX_STEP_LABELS
     # Bokeh cannot stack no bars: a run without a step draws an empty, unstacked plot
     return hv.Bars(d, ["step", "part"], "seconds").opts(
+        hooks=[_no_step_labels] if many else [], line_alpha=0.0 if many else 1.0,
+        xlabel=(f"train step ({steps[0]} to {steps[-1]}: hover a bar for its step)" if many
+                else "train step"),
         stacked=bool(len(d)), color=color, show_legend=False, responsive=True, height=280,
-        tools=["hover"], show_grid=True, xlabel="train step", ylabel="seconds",
+        tools=["hover"], show_grid=True, ylabel="seconds",
         fontsize={"xticks": "9pt", "yticks": "9pt"})
+
+
+def _no_step_labels(plot, element) -> None:
+    """Hundreds of steps' labels overlap into a smear: the axis names the first and last step,
+    the hover each bar's."""
+    for axis in plot.state.xaxis:
+        axis.major_label_text_font_size = "0pt"
+        axis.major_tick_line_color = None
 
 
 class Steps(View):
@@ -89,8 +111,8 @@ class Steps(View):
         self.ledger = pd.DataFrame(columns=LEDGER_COLUMNS)
         self.stragglers = pd.DataFrame(columns=STRAGGLER_COLUMNS)
         self._plot = pn.pane.HoloViews(split_plot(self.ledger), sizing_mode="stretch_width")
-        self._table = text_table(self.ledger[SHOWN_LEDGER], pagination=None, page_size=None,
-                                 selectable=1)
+        self._table = text_table(self.ledger[SHOWN_LEDGER], pagination="local",
+                                 page_size=LEDGER_PAGE, selectable=1)
         self._late = text_table(self.stragglers[SHOWN_STRAGGLERS])
         self._note = pn.pane.HTML(stylesheets=[CSS], sizing_mode="stretch_width")
         self._late_title = pn.pane.Markdown("**The groups each step waited for last**, and why",
@@ -100,6 +122,7 @@ class Steps(View):
         self._again = pn.widgets.Button(label="Read the steps again", width=200,
                                         visible=data.live)
         self._again.on_click(lambda *_: self._load(force=True))
+        self._loaded_at = -LIVE_READ_EVERY_S
         self.param.watch(self._load, "revision")
         self._table.param.watch(self._on_select, "selection")
         self._load()
@@ -127,9 +150,14 @@ class Steps(View):
 
     def _load(self, *_, force: bool = False) -> None:
         d = self.data
-        changed = self._changed("steps", "rollout_attempts", "checkpoint_windows", "incidents")
-        if not (changed or force):
+        # the ledger is the whole run's: it changes as the run grows (last_seen_ns: in window
+        # mode the run's end, so moving the window, as picking a step does, reads nothing)
+        mark = ("steps", d.run_id, d.last_seen_ns(), d.frame_versions["incidents"])
+        if not force and (self._drawn.get("steps") == mark or (
+                d.live and time.monotonic() - self._loaded_at < LIVE_READ_EVERY_S)):
             return
+        self._drawn["steps"] = mark
+        self._loaded_at = time.monotonic()
         if d.run_id is None:
             self._note.object = "<span class='rs-note'>No run in this store yet.</span>"
             return
@@ -143,6 +171,7 @@ class Steps(View):
             else "**The groups each step waited for last**, and why")
         self._plot.object = split_plot(self.ledger)
         self._table.value = self.ledger[SHOWN_LEDGER].round(3)
+        self._table.page = max(1, -(-len(self.ledger) // LEDGER_PAGE))
         self._late.value = self.stragglers[SHOWN_STRAGGLERS].round(3)
         self._note.object = self._summary()
 

@@ -60,7 +60,10 @@ def straggler_table(store: RunStore, run_id: str, *, step: int | None = None,
     ``incidents``: the run's incidents where the caller holds them (their subject and kind),
     else they are read."""
     require_run(store, run_id)
-    sql = f"SELECT * FROM {store.relation('step_stragglers')} WHERE run_id = ?"
+    relation = store.relation("step_stragglers")
+    if step is not None and relation == "rs_read.step_stragglers" and _kept(store, run_id, step):
+        relation = "main.d_step_stragglers"  # not the latest steps computed beside them
+    sql = f"SELECT * FROM {relation} WHERE run_id = ?"
     params: list = [run_id]
     if step is not None:
         sql += " AND step = ?"
@@ -77,6 +80,17 @@ def straggler_table(store: RunStore, run_id: str, *, step: int | None = None,
     return _seconds(rows, origin_ns(store, run_id))[STRAGGLER_COLUMNS].reset_index(drop=True)
 
 
+def _kept(store: RunStore, run_id: str, step: int) -> bool:
+    """Whether every step of ``run_id`` numbered ``step`` is kept (a restarted run can number
+    two steps alike): none among the steps computed from the floor is still to be kept."""
+    kept, unkept = store.query(
+        "SELECT (SELECT count(*) FROM main.d_step_ledger WHERE run_id = ? AND step = ?), "
+        "(SELECT count(*) FROM rs_steps.train_steps WHERE run_id = ? AND step = ? "
+        " AND (end_ns IS NULL OR end_ns >= (SELECT kept_until_ns FROM main.d_steps_state)))",
+        [run_id, step, run_id, step])[0]
+    return kept > 0 and unkept == 0
+
+
 _ROW = re.compile(r"^(.+)-[0-9]+$")
 
 
@@ -89,13 +103,15 @@ def _incidents_naming(store: RunStore, run_id: str, groups: pd.Series,
         return []
     if incidents is None:
         incidents = store.view("incidents", run_id=run_id)
-    kinds: dict[str, set[str]] = {}
-    for subject, kind in incidents[["subject", "kind"]].itertuples(index=False):
-        first = str(subject).split(" ", 1)[0]
-        row = _ROW.match(first)
-        for key in {first, row.group(1) if row else first}:
-            kinds.setdefault(key, set()).add(str(kind))
-    return [", ".join(sorted(kinds[g])) if g in kinds else None for g in groups.astype(str)]
+    if not len(incidents):
+        return [None] * len(groups)
+    first = incidents.subject.astype(str).str.split(" ", n=1).str[0]
+    row = first.str.extract(_ROW.pattern, expand=False)
+    keyed = pd.DataFrame({"key": pd.concat([first, row.fillna(first)], ignore_index=True),
+                          "kind": pd.concat([incidents.kind, incidents.kind],
+                                            ignore_index=True).astype(str)})
+    kinds = keyed.drop_duplicates().groupby("key").kind.agg(lambda k: ", ".join(sorted(k)))
+    return [kinds.get(g) for g in groups.astype(str)]
 
 
 def ledger_report(store: RunStore, run_id: str) -> dict:
