@@ -100,7 +100,7 @@ def main() -> None:
         # what the Steps tab reads: the ledger, then the latest steps' stragglers (2,000 rows)
         ledger = ledger_table(store, run)
         if len(ledger):
-            from dashboard.steps_view import latest_steps_from
+            from rolloutscope.dashboard.steps_view import latest_steps_from
             straggler_table(store, run, from_step=latest_steps_from(ledger),
                             incidents=store.view("incidents", run_id=run))
 

@@ -19,7 +19,9 @@ land on the tick after they finish, so a tick never waits on the detectors; only
 reads them inline. Whichever way, they keep to ``WHOLE_READ_SHARE`` (a tenth) of the time per
 dashboard process: after a read of c seconds the next waits 9c (a live 10^8-span run's
 detectors take seconds, computed by the collector that serves the run), and a full reload
-keeps the frames it has until then. ``frame_versions`` counts changes per frame, so a view
+keeps the frames it has until then. A large live run's first read of them is in the background
+too: the page opens without its incidents, says it is reading them, and shows them on the tick
+after they are read. ``frame_versions`` counts changes per frame, so a view
 redraws only the elements whose frames changed.
 
 A view that a store file predates (``incidents`` and ``run_thresholds`` arrived after the first
@@ -318,6 +320,7 @@ class DataStore(RolloutRows, param.Parameterized):
         self._whole_for: str | None = None  # the run whose whole views the frames hold
         self._run_mark: object = None
         self._whole: Future | None = None  # a background read of the whole views
+        self._first_whole = False  # that read is the run's first: the page says so
         self.frame_versions: dict[str, int] = dict.fromkeys(VIEWS, 0)
         # what each frame is across sessions: the shared read it came from, or a token of its
         # own (a merge of a live tick's rows); what is derived from frames is shared by these
@@ -614,13 +617,20 @@ class DataStore(RolloutRows, param.Parameterized):
                              and (self._grown or self._run_moved()))
         if whole_due:
             self._grown = False
-        if full:
+        if full and not self._first_whole:
             self._whole = None  # a full read is fresher than anything still in flight
         changed = self._take_whole()
         # a full reload re-reads the whole views inline only when they are due (their first
         # read for this run, or the pace allows): else they stay, and are read in the
-        # background once it does
-        whole_inline = full and (self._whole_for != self.run_id or _WHOLE_PACE.due())
+        # background once it does. A large live run's first read is in the background too:
+        # its detectors take seconds (12 s at 10^8 spans), and the page opens without them
+        first_whole = (full and self.live and self.large and self._whole_for != self.run_id
+                       and (self._whole is None or not self._first_whole))
+        whole_inline = full and not first_whole and not (self._first_whole and self._whole) \
+            and (self._whole_for != self.run_id or _WHOLE_PACE.due())
+        if self._first_whole and self._whole is not None:
+            self.problems.append("Reading the incidents: the detectors run over the whole run "
+                                 "(seconds at this size); they appear here when read.")
         if full and not whole_inline:
             self._grown = True
         whole_s = 0.0
@@ -689,6 +699,8 @@ class DataStore(RolloutRows, param.Parameterized):
             # once this tick's reads and redraws are done: the whole read takes every core
             # DuckDB has for ~1 s at 10M spans, and started first it slowed them by a third
             self._read_whole_in_background()
+        elif first_whole:
+            self._read_whole_in_background(first=True)
         return changed
 
     # -- window mode: a large run's interval views read for a stretch of time ------------------
@@ -798,12 +810,13 @@ class DataStore(RolloutRows, param.Parameterized):
         if not self._covers(lo, hi):
             self.move_window(lo, hi, keep_start=self.range_is_incident)
 
-    def _read_whole_in_background(self) -> None:
+    def _read_whole_in_background(self, *, first: bool = False) -> None:
         if self._whole is not None and not self._whole.done():
             return  # the previous read is still running: its result is as fresh
-        if not _WHOLE_PACE.due():
+        if not first and not _WHOLE_PACE.due():
             self._grown = True  # still due: a later tick asks again
             return
+        self._first_whole = first
         run_id = self.run_id
         specs = [spec for spec in VIEWS.values() if not spec.times and not spec.rarely]
 
@@ -831,8 +844,10 @@ class DataStore(RolloutRows, param.Parameterized):
         except Exception as exc:  # noqa: BLE001 - shown as a problem, the tick goes on
             self.problems.append(f"incident views unreadable: {exc}")
             return False
+        self._first_whole = False
         if run_id != self.run_id:
             return False  # read for a run no longer shown
+        self._whole_for = run_id
         changed = False
         for name, (new, ms, token) in frames.items():
             self.last_refresh_by_view[name] = ms

@@ -85,19 +85,30 @@ def buckets(store: RunStore, run_id: str, width_s: float) -> pd.DataFrame:
 def step_counts(store: RunStore, run_id: str, ends_ns: np.ndarray) -> pd.DataFrame:
     """Each measure summed per step, given the steps' ends in order: row ``i`` holds the
     seconds whose last instant is at or before ``ends_ns[i]`` (and after the end before), the
-    last row those after the last end. Attributed in the store (an ASOF join of the run's
-    seconds to the ends): one row per step crosses to Python."""
+    last row those after the last end. Attributed in the store: one row per step crosses to
+    Python. Each step's (previous end, end] is listed under the hours it touches, and a second
+    joins the steps of its hour by equality, then by range (an ASOF join of 2.7M seconds to
+    440 step ends took 31 s, DuckDB 1.5; this takes 0.5 s besides reading the seconds)."""
     n = len(ends_ns) + 1
     out = pd.DataFrame({m: np.zeros(n) for m in MEASURE_NAMES})
     source = seconds_sql(store.maintained)  # per second: $w is one second
-    sql = f"""WITH s AS ({source}),
-        e AS (SELECT unnest($ends) AS end_ns, generate_subscripts($ends, 1) - 1 AS i)
-        SELECT coalesce(e.i, {n - 1}) AS i, s.measure, sum(s.value) AS value
-        FROM s ASOF LEFT JOIN e ON s.bucket_ns + {derived.SECOND_NS - 1} <= e.end_ns
+    sec, cell = derived.SECOND_NS, 3600 * derived.SECOND_NS
+    sql = f"""WITH s AS (SELECT *, bucket_ns + {sec - 1} AS last_ns FROM ({source})),
+        e AS (SELECT i, end_ns, greatest(lag(end_ns) OVER (ORDER BY end_ns, i),
+                                         (SELECT min(last_ns) - 1 FROM s)) AS after_ns
+              FROM (SELECT unnest($ends) AS end_ns, generate_subscripts($ends, 1) - 1 AS i)),
+        cells AS (SELECT *, unnest(range(after_ns // {cell}, end_ns // {cell} + 1)) AS cell
+                  FROM e WHERE end_ns > after_ns)
+        SELECT coalesce(c.i, {n - 1}) AS i, s.measure, sum(s.value) AS value
+        FROM s LEFT JOIN cells c ON c.cell = s.last_ns // {cell}
+                                 AND s.last_ns > c.after_ns AND s.last_ns <= c.end_ns
         GROUP BY ALL"""
     params = {"run": run_id, "lo": -(2**62), "hi": 2**62, "w": derived.SECOND_NS,
               "ends": [int(x) for x in ends_ns]}
     got = store.query_df(sql, params)
-    for r in got.itertuples(index=False):
-        out.at[int(r.i), r.measure] += float(r.value)
+    if len(got):
+        wide = got.pivot_table(index="i", columns="measure", values="value", aggfunc="sum")
+        rows = wide.index.to_numpy(dtype="int64")
+        for measure in wide.columns:
+            out.loc[rows, measure] += wide[measure].fillna(0.0).to_numpy(dtype="float64")
     return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import re
+import threading
 
 import pandas as pd
 import pytest
@@ -213,6 +214,37 @@ def test_live_the_window_follows_the_head_and_ticks_read_within_it(tmp_path):
         assert shown() == ["b", "e"]
     finally:
         inst.shutdown()
+
+
+def test_a_large_live_run_opens_without_waiting_for_its_incidents(path, monkeypatch):
+    """The detectors of a live 10^8-span run take seconds: its first session opens on the
+    window's rows, says it is reading the incidents, and shows them on the tick after."""
+    import rolloutscope.dashboard.datastore as ds
+
+    with RunStore(path, read_only=True) as s:
+        want = len(s.view("incidents", run_id="synthetic"))
+        assert want > 0
+        gate = threading.Event()
+        read = ds.DataStore._read_tokened
+
+        def slow_detectors(self, spec, since):
+            if spec.name == "incidents":
+                assert gate.wait(60)  # the detectors still running
+            return read(self, spec, since)
+
+        monkeypatch.setattr(ds.DataStore, "_read_tokened", slow_detectors)
+        data = DataStore(s, live=True, shared=reads(window_spans=0))
+        assert data.large and len(data.frames["rollout_attempts"]) > 0
+        assert len(data.frames["incidents"]) == 0
+        data.tick()
+        assert any("Reading the incidents" in p for p in data.problems), data.problems
+        version = data.frame_versions["incidents"]
+        gate.set()
+        data._whole.result(60)
+        data.tick()
+        assert len(data.frames["incidents"]) == want
+        assert data.frame_versions["incidents"] == version + 1
+        assert not any("Reading the incidents" in p for p in data.problems)
 
 
 # -- every read bounded by the window: completions, the capped views, the Steps tab ---------------
