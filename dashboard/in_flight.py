@@ -11,8 +11,9 @@ run (benchmarks/bench_wait_board.py).
 
 Staleness (the store's ``rollout_staleness``): per try and per step, the policy version the
 data was generated with against the trainer's when it was trained on, the distribution of that
-lag, and what was aborted for staleness. It reads the whole run, so it is read when the tab is
-first shown and then at most every ``STALENESS_EVERY_S`` while the run grows.
+lag, and what was aborted for staleness. It reads the whole run (a large run: its window's rows),
+so it is read when the tab is first shown and then at most every ``STALENESS_EVERY_S`` while the
+run grows.
 
 Its own tab rather than a pane of Rollouts: a live tick redraws only the tab on screen, and the
 Rollouts tab's attempts table and overlap plot hold every try of the run; watching the board
@@ -129,10 +130,20 @@ def board_rows(rows: pd.DataFrame, now_ns: int) -> pd.DataFrame:
 
 # -- staleness ------------------------------------------------------------------------------
 def read_staleness(data: DataStore) -> pd.DataFrame:
-    """The shown run's ``rollout_staleness`` rows, oldest first."""
-    return timed_frame(data.store, "SELECT * FROM rollout_staleness WHERE run_id = ? "
-                       "ORDER BY coalesce(end_ns, start_ns), span_id", [data.run_id],
-                       data.read_timeout_s, what=f"the staleness of run {data.run_id}")
+    """The shown run's ``rollout_staleness`` rows, oldest first: a large run's
+    (docs/dashboard.md#window-mode) those of its window only (one row per try: 7.2M rows at
+    10^8 spans)."""
+    sql = f"SELECT * FROM {data.store.relation('rollout_staleness')} WHERE run_id = ?"
+    params: list = [data.run_id]
+    if data.large and data.window is not None:
+        lo, hi = data.window
+        sql += " AND coalesce(end_ns, start_ns) >= ?"
+        params.append(lo)
+        if hi is not None:
+            sql += " AND start_ns < ?"
+            params.append(hi)
+    return timed_frame(data.store, sql + " ORDER BY coalesce(end_ns, start_ns), span_id",
+                       params, data.read_timeout_s, what=f"the staleness of run {data.run_id}")
 
 
 def trained(staleness: pd.DataFrame) -> pd.DataFrame:
@@ -358,7 +369,9 @@ class InFlight(View):
         self._tries.value = try_rows(s, t0)
         self._dropped.value = dropped_rows(s, t0)
         n = trained(s)
-        self._stale_note.object = _staleness_text(s, n, dist)
+        scope = ("The tries of this session's window (a large run: docs/dashboard.md"
+                 "#window-mode): " if d.large and d.window is not None else "")
+        self._stale_note.object = _staleness_text(s, n, dist, scope)
         shape = (bool(len(s)), bool((s.unit == "aborted").any()) if len(s) else False)
         if shape != self._stale_shape:  # the parts on the page change only with what they show
             self._stale_shape = shape
@@ -406,10 +419,11 @@ def _no_staleness() -> pd.DataFrame:
                          **{c: pd.Series(dtype="Int64") for c in numbers}})
 
 
-def _staleness_text(s: pd.DataFrame, t: pd.DataFrame, dist: pd.DataFrame) -> str:
+def _staleness_text(s: pd.DataFrame, t: pd.DataFrame, dist: pd.DataFrame,
+                    scope: str = "") -> str:
     if not len(t):
-        return ("<span class='rs-note'>Nothing trained yet: a try's lag is known once a train "
-                "step trains on it.</span>")
+        return (f"<span class='rs-note'>{html.escape(scope)}Nothing trained yet: a try's lag is "
+                "known once a train step trains on it.</span>")
     groups = int(dist["groups"].sum())
     mean = float((dist.lag * dist.groups).sum() / groups) if groups else 0.0
     worst = int(dist.lag.max())
@@ -418,7 +432,7 @@ def _staleness_text(s: pd.DataFrame, t: pd.DataFrame, dist: pd.DataFrame) -> str
             f"largest {worst}")
     if aborted:
         text += f"; {aborted:,} aborted in flight as stale"
-    return f"<span class='rs-note' id='rs-staleness-note'>{html.escape(text)}.</span>"
+    return f"<span class='rs-note' id='rs-staleness-note'>{html.escape(scope + text)}.</span>"
 
 
 def _clock(ns: int) -> str:
