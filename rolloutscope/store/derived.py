@@ -390,13 +390,15 @@ _MERGED_READ = (_COMPLETIONS_MAINTAINED, _SPAN_CATALOG_MAINTAINED)
 # kept (``d_steps_markers``: the markers then open).
 STEP_SETTLE_NS = 600 * 10**9
 STEP_LOOKBACK_NS = 3600 * 10**9
-# a writer computes the steps to keep at most this often (a computation reads the spans from
-# floor_ns on: 0.5 s on a 10^8-span run)
+# a writer computes the steps to keep when one settled (a pass brought a step's end, or the
+# last computation saw one end, ``next_end_ns``), at most this often (a computation reads the
+# spans from floor_ns on: 0.5-1 s on a 10^8-span run)
 KEEP_STEPS_EVERY_S = 30.0
 STEP_VIEWS = ("step_ledger", "step_stragglers")
 _MIN_NS, _MAX_NS = -(2**63), 2**63 - 1
 _STEPS_STATE_DDL = """CREATE TABLE IF NOT EXISTS d_steps_state (
-    kept_until_ns BIGINT, floor_ns BIGINT, seen_end_ns BIGINT, kept_ns BIGINT)"""
+    kept_until_ns BIGINT, floor_ns BIGINT, seen_end_ns BIGINT, kept_ns BIGINT,
+    next_end_ns BIGINT)"""
 _STEPS_MARKERS_DDL = """CREATE TABLE IF NOT EXISTS d_steps_markers (
     run_id VARCHAR, trace_id VARCHAR, span_id VARCHAR, start_ns BIGINT)"""
 _STEPS_WINDOW = (
@@ -510,7 +512,8 @@ def install(con: duckdb.DuckDBPyConnection) -> bool:
     for stmt in (*_SUMMARY_DDL, _SECONDS_DDL, *_KEPT_DDL_MERGED, _STEPS_STATE_DDL,
                  _STEPS_MARKERS_DDL):
         con.execute(stmt)
-    con.execute("INSERT INTO main.d_steps_state VALUES (?, ?, ?, 0)", [_MIN_NS, _MIN_NS, _MIN_NS])
+    con.execute("INSERT INTO main.d_steps_state VALUES (?, ?, ?, 0, ?)",
+                [_MIN_NS, _MIN_NS, _MIN_NS, _MIN_NS])
     for name in STEP_VIEWS:
         con.execute(f"CREATE TABLE main.d_{name} AS SELECT * FROM rs_steps.{name} WHERE false")
     for name, text in _views.definitions():
@@ -595,17 +598,21 @@ def derive(con: duckdb.DuckDBPyConnection, *, keep_steps_now: bool = False) -> i
 def _steps_pass(con: duckdb.DuckDBPyConnection, *, keep_now: bool) -> None:
     """The pass's part in the kept steps: drop those a late span may change, then keep the
     steps that settled when due."""
-    kept_until, floor, seen_end, kept_ns = con.execute(
-        "SELECT kept_until_ns, floor_ns, seen_end_ns, kept_ns FROM main.d_steps_state"
-    ).fetchall()[0]
+    kept_until, floor, seen_end, kept_ns, next_end = con.execute(
+        "SELECT kept_until_ns, floor_ns, seen_end_ns, kept_ns, next_end_ns "
+        "FROM main.d_steps_state").fetchall()[0]
     # the pass's 99th percentile end, not its latest: a few spans from a node whose clock is
-    # ahead move nothing
-    first, middle = con.execute(
+    # ahead move nothing; and the first end of a step among its spans
+    first, middle, step_end = con.execute(
         "SELECT least((SELECT min(start_ns) FROM rs_new.spans), "
         "             (SELECT min(ts_ns) FROM rs_new.span_events)), "
-        "quantile_disc(coalesce(end_ns, start_ns), 0.99) FROM rs_new.spans").fetchall()[0]
+        "quantile_disc(coalesce(end_ns, start_ns), 0.99), "
+        "min(end_ns) FILTER (WHERE name = 'rl.train_step' OR name LIKE 'rl.%.step') "
+        "FROM rs_new.spans").fetchall()[0]
     if middle is not None and middle > seen_end:
         seen_end = middle
+    if step_end is not None:
+        next_end = min(next_end, step_end)
     # an open marker that started before kept_until and arrived since (a kept step's rows
     # counted the markers then open: d_steps_markers)
     marker = con.execute(
@@ -626,18 +633,24 @@ def _steps_pass(con: duckdb.DuckDBPyConnection, *, keep_now: bool) -> None:
                     "SELECT 1 FROM main.d_step_ledger k "
                     "WHERE k.run_id = s.run_id AND k.span_id = s.step_span_id)")
         kept_until = first
+        next_end = min(next_end, first)
         # a run left with no kept step reads its first step's wait from its start
         floor = (min(floor, _steps_floor(con, kept_until))
                  if con.execute(runs).fetchall()[0][0] == before else _MIN_NS)
     horizon = seen_end - STEP_SETTLE_NS if seen_end > _MIN_NS + STEP_SETTLE_NS else _MIN_NS
-    due = keep_now or time.time_ns() - kept_ns >= KEEP_STEPS_EVERY_S * 1e9
+    # due: a step settled (or, with none to wait for, the floor is half a look-back behind),
+    # at most every KEEP_STEPS_EVERY_S; on closing, whatever settled
+    settled = horizon > kept_until and (
+        keep_now or horizon > next_end or horizon - kept_until >= STEP_LOOKBACK_NS // 2)
+    due = settled and (keep_now or time.time_ns() - kept_ns >= KEEP_STEPS_EVERY_S * 1e9)
     state = ("UPDATE main.d_steps_state SET kept_until_ns = ?, floor_ns = ?, seen_end_ns = ?, "
-             "kept_ns = ?")
-    con.execute(state, [kept_until, floor, seen_end, kept_ns])  # rs_steps reads the floor
-    if due and horizon > kept_until:
+             "kept_ns = ?, next_end_ns = ?")
+    # rs_steps reads the floor
+    con.execute(state, [kept_until, floor, seen_end, kept_ns, next_end])
+    if due:
         changed = True
-        kept_until, floor = _keep_steps(con, kept_until, floor, horizon)
-        con.execute(state, [kept_until, floor, seen_end, time.time_ns()])
+        kept_until, floor, next_end = _keep_steps(con, kept_until, floor, horizon)
+        con.execute(state, [kept_until, floor, seen_end, time.time_ns(), next_end])
     if changed:
         con.execute("DELETE FROM main.d_steps_markers")
         con.execute("INSERT INTO main.d_steps_markers SELECT run_id, trace_id, span_id, start_ns "
@@ -645,9 +658,9 @@ def _steps_pass(con: duckdb.DuckDBPyConnection, *, keep_now: bool) -> None:
 
 
 def _keep_steps(con: duckdb.DuckDBPyConnection, kept_until: int, floor: int,
-                horizon: int) -> tuple[int, int]:
+                horizon: int) -> tuple[int, int, int]:
     """Keep the rows of the steps that ended in [kept_until, horizon), computed in rs_steps
-    (from ``floor``). Returns the new (kept_until, floor)."""
+    (from ``floor``). Returns the new (kept_until, floor, the first end of a step left)."""
     t0 = time.perf_counter()
     con.execute("CREATE OR REPLACE TEMP TABLE rs_steps_computed AS "
                 "SELECT * FROM rs_steps.step_ledger")
@@ -659,14 +672,16 @@ def _keep_steps(con: duckdb.DuckDBPyConnection, kept_until: int, floor: int,
                 [kept_until, horizon])
     # a run whose steps all run past the horizon has nothing kept to read its first step's
     # wait from: the floor stays
-    unkept_runs = con.execute(
-        "SELECT count(*) FROM (SELECT DISTINCT run_id FROM rs_steps_computed) c "
-        "ANTI JOIN main.d_step_ledger k ON k.run_id = c.run_id").fetchall()[0][0]
+    unkept_runs, next_end = con.execute(
+        "SELECT (SELECT count(*) FROM (SELECT DISTINCT run_id FROM rs_steps_computed) c "
+        "        ANTI JOIN main.d_step_ledger k ON k.run_id = c.run_id), "
+        "(SELECT min(end_ns) FROM rs_steps_computed WHERE end_ns >= ?)", [horizon]
+    ).fetchall()[0]
     con.execute("DROP TABLE rs_steps_computed")
     if not unkept_runs:
         floor = max(floor, _steps_floor(con, horizon))
     log.debug("kept the steps that ended before %d in %.2f s", horizon, time.perf_counter() - t0)
-    return horizon, floor
+    return horizon, floor, _MAX_NS if next_end is None else next_end
 
 
 def _steps_floor(con: duckdb.DuckDBPyConnection, kept_until: int) -> int:

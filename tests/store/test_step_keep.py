@@ -124,3 +124,30 @@ def test_a_run_without_steps_reads_no_steps_from_the_floor(tmp_path, keep_often)
         # the groups still running after the last step (none): what the next step waits for
         assert (pending.step == 1).all()
     assert not _step_diffs(path)
+
+
+def test_steps_are_computed_when_one_settles_not_on_every_pass(tmp_path, keep_often):
+    path = synthetic_run(tmp_path / "run.duckdb", spans=30_000)
+    state = "SELECT kept_ns, kept_until_ns FROM d_steps_state"
+
+    def add(name: str, start_s: float, end_s: float) -> None:
+        con.execute("INSERT INTO spans SELECT * REPLACE (? || span_id AS span_id, "
+                    "? AS start_ns, ? AS end_ns) FROM spans WHERE name = ? LIMIT 1",
+                    [f"{name}{start_s}", last + int(start_s * S), last + int(end_s * S), name])
+        derived.derive(con)
+
+    with RunStore(path) as store, closing(store.new_cursor()) as con:
+        last = con.execute("SELECT max(end_ns) FROM spans").fetchall()[0][0]
+        add("rl.deadline", 150, 200)  # the run's last step settles
+        steps = con.execute("SELECT count(*) FROM d_step_ledger").fetchall()[0][0]
+        assert steps == con.execute("SELECT count(*) FROM step_ledger").fetchall()[0][0]
+        before = con.execute(state).fetchall()[0]
+        add("rl.deadline", 300, 350)  # no step ends: nothing computed
+        assert con.execute(state).fetchall()[0] == before
+        add("rl.train_step", 340, 400)  # a step ends; not settled yet
+        assert con.execute(state).fetchall()[0] == before
+        add("rl.deadline", 450, 480)  # now it has: computed and kept
+        kept_ns, until = con.execute(state).fetchall()[0]
+        assert kept_ns > before[0] and until > last + 400 * S
+        assert con.execute("SELECT count(*) FROM d_step_ledger").fetchall()[0][0] == steps + 1
+    assert not _step_diffs(path)
