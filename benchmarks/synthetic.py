@@ -78,7 +78,8 @@ def generate(path: str | Path, *, spans: int = 10_000_000, snapshot_every_s: int
             per_step = min(prompts_per_step, max(1, prompts // 10))
             step_every_s = max(60, round(per_step * active_s / prompts))
             if train_steps:
-                con.execute(STEPS, [RUN, duration_s // step_every_s, step_every_s])
+                con.execute(STEPS, [RUN, active_s // step_every_s, step_every_s,
+                                    active_s // 2, hang_s])
             step = -(-prompts // commits)
             for i, lo in enumerate(range(0, prompts, step)):
                 before = con.execute("SELECT count(*) FROM spans").fetchall()[0][0]
@@ -386,12 +387,15 @@ FROM range(1, $2 + 1) k(i),
 
 # the trainer: train step k trains for a minute from k * $3 seconds (a batch of prompts_per_step
 # prompts at the rate they start), then syncs its weights for 5 s: rolloutscope's rl.train_step
-# and rl.weight_sync spans ('rl' dialect of train_steps); $2 steps
+# and rl.weight_sync spans ('rl' dialect of train_steps); $2 steps. From $4 s on, $5 s later:
+# while no prompt starts (the hang), no step trains either
 STEPS = insert_spans(f"""
 SELECT $1, 'f' || lpad(to_hex(k.i), 31, '0'), lpad(to_hex(k.i * 16 + ph.j), 16, '0'), NULL,
        ph.name, 'INTERNAL', 'nemo-rl/trainer',
-       {T0} + k.i * $3::BIGINT * {S}::BIGINT + ph.from_s * {S}::BIGINT,
-       {T0} + k.i * $3::BIGINT * {S}::BIGINT + ph.to_s * {S}::BIGINT,
+       {T0} + (k.i * $3::BIGINT + ph.from_s + CASE WHEN k.i * $3 >= $4 THEN $5 ELSE 0 END)
+           * {S}::BIGINT,
+       {T0} + (k.i * $3::BIGINT + ph.to_s + CASE WHEN k.i * $3 >= $4 THEN $5 ELSE 0 END)
+           * {S}::BIGINT,
        'UNSET', NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        json_object('nemo.rl.train.step', k.i - 1, 'nemo.rl.weight_version', k.i)::VARCHAR
            AS attributes, NULL, 'synthetic'
