@@ -90,6 +90,8 @@ FULL_RELOAD_EVERY = 30
 INCIDENTS_EVERY = 4
 # one thread for every session's background reads of the whole views: they queue, not pile up
 _WHOLE_READS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rolloutscope-incidents")
+READING_INCIDENTS = ("Reading the incidents: the detectors run over the whole run (seconds at "
+                     "this size); they appear here when read.")
 # the reads of the whole views (the incident detectors, a few seconds over a live 10^8-span run,
 # computed by the collector that serves the run) take at most this share of the time, counted
 # per dashboard process: after one that took c seconds the next starts no sooner than
@@ -629,8 +631,7 @@ class DataStore(RolloutRows, param.Parameterized):
         whole_inline = full and not first_whole and not (self._first_whole and self._whole) \
             and (self._whole_for != self.run_id or _WHOLE_PACE.due())
         if self._first_whole and self._whole is not None:
-            self.problems.append("Reading the incidents: the detectors run over the whole run "
-                                 "(seconds at this size); they appear here when read.")
+            self.problems.append(READING_INCIDENTS)
         if full and not whole_inline:
             self._grown = True
         whole_s = 0.0
@@ -701,6 +702,7 @@ class DataStore(RolloutRows, param.Parameterized):
             self._read_whole_in_background()
         elif first_whole:
             self._read_whole_in_background(first=True)
+            self.problems.append(READING_INCIDENTS)
         return changed
 
     # -- window mode: a large run's interval views read for a stretch of time ------------------

@@ -236,6 +236,7 @@ def test_a_large_live_run_opens_without_waiting_for_its_incidents(path, monkeypa
         data = DataStore(s, live=True, shared=reads(window_spans=0))
         assert data.large and len(data.frames["rollout_attempts"]) > 0
         assert len(data.frames["incidents"]) == 0
+        assert any("Reading the incidents" in p for p in data.problems), data.problems
         data.tick()
         assert any("Reading the incidents" in p for p in data.problems), data.problems
         version = data.frame_versions["incidents"]
