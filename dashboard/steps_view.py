@@ -57,6 +57,7 @@ MAX_STEP_LABELS = 40
 LEDGER_PAGE = 50
 # the stragglers listed before a step is picked: the latest steps' up to this many rows
 STRAGGLER_ROWS = 2000
+EACH_STEP_TITLE = "**The groups each step waited for last**, and why"
 
 
 def latest_steps_from(ledger: pd.DataFrame, rows: int | None = None) -> int | None:
@@ -115,10 +116,9 @@ class Steps(View):
                                  page_size=LEDGER_PAGE, selectable=1)
         self._late = text_table(self.stragglers[SHOWN_STRAGGLERS])
         self._note = pn.pane.HTML(stylesheets=[CSS], sizing_mode="stretch_width")
-        self._late_title = pn.pane.Markdown("**The groups each step waited for last**, and why",
-                                            sizing_mode="stretch_width")
-        # a live run whose steps come from NeMo-RL's own spans changes none of the frames the
-        # tab follows (tries, snapshots, incidents): its new steps are read on asking
+        self._late_title = pn.pane.Markdown(EACH_STEP_TITLE, sizing_mode="stretch_width")
+        # a live run whose steps are NeMo-RL's own spans may grow nothing the other tabs read:
+        # its new steps are read on asking
         self._again = pn.widgets.Button(label="Read the steps again", width=200,
                                         visible=data.live)
         self._again.on_click(lambda *_: self._load(force=True))
@@ -152,11 +152,10 @@ class Steps(View):
         d = self.data
         # the ledger is the whole run's: it changes as the run grows (last_seen_ns: in window
         # mode the run's end, so moving the window, as picking a step does, reads nothing)
-        mark = ("steps", d.run_id, d.last_seen_ns(), d.frame_versions["incidents"])
-        if not force and (self._drawn.get("steps") == mark or (
-                d.live and time.monotonic() - self._loaded_at < LIVE_READ_EVERY_S)):
+        if not force and d.live and time.monotonic() - self._loaded_at < LIVE_READ_EVERY_S:
             return
-        self._drawn["steps"] = mark
+        if not (self._changed("steps", "incidents", also=(d.last_seen_ns(),)) or force):
+            return
         self._loaded_at = time.monotonic()
         if d.run_id is None:
             self._note.object = "<span class='rs-note'>No run in this store yet.</span>"
@@ -168,7 +167,7 @@ class Steps(View):
         self._late_title.object = (
             "**The groups the latest steps waited for last**, and why (pick a step for its own)"
             if first is not None and first > int(self.ledger.step.min())
-            else "**The groups each step waited for last**, and why")
+            else EACH_STEP_TITLE)
         self._plot.object = split_plot(self.ledger)
         self._table.value = self.ledger[SHOWN_LEDGER].round(3)
         self._table.page = max(1, -(-len(self.ledger) // LEDGER_PAGE))
