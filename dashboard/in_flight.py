@@ -131,17 +131,18 @@ def board_rows(rows: pd.DataFrame, now_ns: int) -> pd.DataFrame:
 # -- staleness ------------------------------------------------------------------------------
 def read_staleness(data: DataStore) -> pd.DataFrame:
     """The shown run's ``rollout_staleness`` rows, oldest first: a large run's
-    (docs/dashboard.md#window-mode) those of its window only (one row per try: 7.2M rows at
-    10^8 spans)."""
-    sql = f"SELECT * FROM {data.store.relation('rollout_staleness')} WHERE run_id = ?"
-    params: list = [data.run_id]
+    (docs/dashboard.md#window-mode) those that end in its window and the open ones
+    (``rollout_staleness_window``: a store that keeps its rows joins the window's kept tries to
+    the run's syncs and steps; the view has a row per try, 7.2M at 10^8 spans)."""
     if data.large and data.window is not None:
         lo, hi = data.window
-        sql += " AND coalesce(end_ns, start_ns) >= ?"
-        params.append(lo)
-        if hi is not None:
-            sql += " AND start_ns < ?"
-            params.append(hi)
+        kept = data.store.relation("rollout_staleness").startswith("rs_read.")
+        sql = (f"SELECT * FROM {'rs_read.' if kept else ''}rollout_staleness_window(?, ?)"
+               + (" WHERE start_ns < ?" if hi is not None else ""))
+        params: list = [data.run_id, int(lo), *([int(hi)] if hi is not None else [])]
+    else:
+        sql = f"SELECT * FROM {data.store.relation('rollout_staleness')} WHERE run_id = ?"
+        params = [data.run_id]
     return timed_frame(data.store, sql + " ORDER BY coalesce(end_ns, start_ns), span_id",
                        params, data.read_timeout_s, what=f"the staleness of run {data.run_id}")
 

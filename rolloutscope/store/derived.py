@@ -436,6 +436,8 @@ def digest() -> str:
     summaries' statements."""
     h = hashlib.sha256(_views.digest().encode())
     h.update(",".join(MAINTAINED).encode())
+    for _name, text in _views.definitions():  # as rs_read has them
+        h.update(_reading_kept(text).encode())
     for stmt in (*_SUMMARY_DDL, *_SUMMARY_PASS, _SERVICES_MAINTAINED, _SECONDS_DDL,
                  _SECONDS_PASS, *_KEPT_DDL_MERGED, *_MERGED_PASS, *_MERGED_READ,
                  _STEPS_STATE_DDL, _STEPS_MARKERS_DDL, *_STEPS_WINDOW, *_STEPS_READ):
@@ -530,8 +532,15 @@ def install(con: duckdb.DuckDBPyConnection) -> bool:
             con.execute(f"CREATE OR REPLACE VIEW rs_read.{name} AS "
                         f"SELECT * FROM main.d_{name} UNION ALL SELECT * FROM rs_tail.{name}")
         else:
-            con.execute(_views.in_schema(text, "rs_read"))
+            con.execute(_views.in_schema(_reading_kept(text), "rs_read"))
     return True
+
+
+def _reading_kept(text: str) -> str:
+    """A view file's text with its reads of the maintained views named ``rs_read.``'s: a table
+    macro binds its names in its caller's schema (a reader's query: ``main``, where they are
+    computed over every span), not in the schema it was created in, as a view does."""
+    return re.sub(rf"\b(FROM|JOIN)\s+({'|'.join(MAINTAINED)})\b", r"\1 rs_read.\2", text)
 
 
 def _installed(con: duckdb.DuckDBPyConnection) -> bool:

@@ -8,13 +8,17 @@ opentelemetry-proto messages."""
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from pathlib import Path
 
 from rolloutscope.store import RunStore
 from rolloutscope.vocabulary import Attr, EventName, SpanName
 from tests.gym_capture import bodies, expected_spans, post_capture
+from tests.synthetic_run import synthetic_run
 
 from .conftest import S, T0
+from .test_view_rewrites import _norm
 
 RL_FIXTURE = Path(__file__).parents[1] / "fixtures" / "nemo-rl-telemetry-otlp-http"
 
@@ -98,3 +102,66 @@ def collect_capture_of(db: Path) -> Path:
         assert collector.stop() == 0, "".join(collector.output)
     return db
 
+
+
+# -- a window's rows: rollout_staleness_window(run, floor_ns) ------------------------------------
+
+def _window_sets(store: RunStore, run: str, floors: list[int]) -> int:
+    """Each floor's window rows, from the main schema's macro and, where the store keeps its
+    rows, the maintained one, against the view's rows that end at or after the floor or are
+    open; the rows compared, summed."""
+    def counted(sql: str, params: list) -> Counter:
+        return Counter(repr(_norm(r)) for r in store.query(sql, params))
+
+    schemas = [""] + (["rs_read."] if store.maintained else [])
+    compared = 0
+    for floor in floors:
+        want = counted("SELECT * FROM rollout_staleness WHERE run_id = ? "
+                       "AND (end_ns >= ? OR end_ns IS NULL)", [run, floor])
+        for schema in schemas:
+            got = counted(f"SELECT * FROM {schema}rollout_staleness_window(?, ?)", [run, floor])
+            assert got == want, (schema, floor, list((want - got).elements())[:2],
+                                 list((got - want).elements())[:2])
+        compared += sum(want.values())
+    for schema in schemas:  # no run, no floor: the view
+        assert counted(f"SELECT * FROM {schema}rollout_staleness_window(NULL, NULL)", []) == \
+            counted("SELECT * FROM rollout_staleness", [])
+    return compared
+
+
+def test_a_windows_rows_are_the_views_rows_that_end_in_it(kit):
+    # the first test's run: tries on initial and synced weights, a failed one, an abort
+    for step, start in ((1, 100), (2, 120), (3, 140)):
+        kit.span(SpanName.RL_TRAIN_STEP, start, start + 10, {Attr.TRAIN_STEP: step})
+    kit.span(SpanName.RL_WEIGHT_SYNC, 115, 118, {Attr.TRAINER_VERSION: 1})
+    kit.span(SpanName.RL_WEIGHT_SYNC, 155, 160, {Attr.TRAINER_VERSION: 3}, events=[
+        (EventName.WEIGHT_SYNC_ABORTED_STALE, 156, {Attr.ABORTED_STALE_INFLIGHT: 5})])
+    for idx, (start, end) in enumerate(((0, 90), (50, 125), (119, 135), (161, 170)), 1):
+        attempt(kit, idx, start, end)
+    store = kit.flush()
+    # before everything, inside a try, at the abort, after the last row
+    assert _window_sets(store, "run-1", [T0, T0 + 100 * S, T0 + 156 * S, T0 + 171 * S]) > 0
+
+
+def test_a_large_runs_window_reads_the_kept_tries(tmp_path):
+    """On a store that keeps its rows, a window's rows join the kept tries (``d_rl_attempts``,
+    read by end time) to the run's syncs and steps: equal to the view, at floors from the
+    first try's end to past the last, open tries included."""
+    path = synthetic_run(tmp_path / "synthetic.duckdb", spans=40_000)
+    with RunStore(path) as store:  # three tries still running: their start markers
+        store.query("INSERT INTO open_spans SELECT * REPLACE (NULL AS end_ns, "
+                    "upper(left(md5(span_id), 16)) AS span_id) FROM spans "
+                    "WHERE name = 'rl.rollout.attempt' ORDER BY start_ns DESC LIMIT 3")
+    with RunStore(path, read_only=True) as store:
+        assert store.maintained
+        ends = store.query("SELECT quantile_disc(end_ns, [0.0, 0.5, 0.9, 1.0]), "
+                           "count(*) FILTER (end_ns IS NULL), "
+                           "count(*) FILTER (train_step IS NOT NULL) "
+                           "FROM rollout_staleness WHERE run_id = 'synthetic'")[0]
+        assert ends[1] > 0 and ends[2] > 0  # open tries, and tries a step trained on
+        assert _window_sets(store, "synthetic", [*ends[0], ends[0][-1] + 1]) > 0
+        # a table macro binds its names in its caller's schema: rs_read's names its kept rows
+        plan = "".join(r[1] for r in store.query(
+            "EXPLAIN (FORMAT JSON) SELECT * FROM rs_read.rollout_staleness_window('synthetic', 0)"))
+        assert {"main.d_rl_attempts", "main.spans"} <= {
+            t.split(".", 1)[1] for t in re.findall(r'"Table": "([^"]+)"', plan)}

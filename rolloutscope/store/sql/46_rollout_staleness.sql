@@ -21,19 +21,24 @@
 -- - groups: prompt groups the row stands for (1 a try; a batch's rl.num_prompt_groups; an
 --   abort's nemo.rl.aborted_stale_inflight_groups). outcome: the try's outcome, 'collected',
 --   'aborted'. reason: why an aborted row was dropped.
-CREATE OR REPLACE VIEW rollout_staleness AS
+-- rollout_staleness_window(run, floor_ns): the rows of run (NULL: every run) that end at or after
+-- floor_ns, and the open ones (NULL: every row): a window's read. Its tries are rl_attempts'
+-- rows (the store keeps them as spans arrive, in the order they end), so a floored read of a
+-- maintained store reads the window's tries, not every span of the run; the weight syncs and
+-- train steps it joins them to are the run's (a few per step).
+CREATE OR REPLACE MACRO rollout_staleness_window(run, floor_ns) AS TABLE
 WITH syncs AS (
     SELECT run_id, start_ns, end_ns, span_id,
            TRY_CAST(attributes->>'nemo.rl.trainer_version' AS BIGINT) AS version
     FROM all_spans
-    WHERE name = 'rl.weight_sync' AND end_ns IS NOT NULL
+    WHERE name = 'rl.weight_sync' AND end_ns IS NOT NULL AND (run IS NULL OR run_id = run)
 ),
 steps AS (
     SELECT run_id, start_ns, end_ns,
            TRY_CAST(attributes->>'nemo.rl.train.step' AS BIGINT) AS step,
            TRY_CAST(attributes->>'nemo.rl.trainer_version' AS BIGINT) AS version
     FROM all_spans
-    WHERE name = 'rl.train_step'
+    WHERE name = 'rl.train_step' AND (run IS NULL OR run_id = run)
 ),
 -- each step's end with how many of the run's steps had ended by then
 ended_steps AS (
@@ -48,15 +53,18 @@ versioned_steps AS (
 training_runs AS (
     SELECT DISTINCT run_id FROM syncs UNION SELECT DISTINCT run_id FROM steps
 ),
+-- ended at or after the floor, and the open ones, read apart: the kept rows are in the order
+-- they ended, so DuckDB's zonemaps skip those that ended before the floor (an OR is read whole)
 tries AS (
     SELECT run_id, rollout_id, prompt_idx, attempt, start_ns, end_ns, trace_id, span_id,
-           TRY_CAST(attributes->>'nemo.rl.weight_version' AS BIGINT) AS own_version,
-           CASE WHEN end_ns IS NULL THEN 'open'
-                ELSE coalesce(rollout_outcome,
-                              CASE WHEN status_code = 'ERROR' THEN 'failed' ELSE 'committed' END)
-           END AS outcome
-    FROM all_spans
-    WHERE name = 'rl.rollout.attempt'
+           weight_version AS own_version, outcome
+    FROM rl_attempts
+    WHERE (run IS NULL OR run_id = run) AND (floor_ns IS NULL OR end_ns >= floor_ns)
+    UNION ALL
+    SELECT run_id, rollout_id, prompt_idx, attempt, start_ns, end_ns, trace_id, span_id,
+           weight_version AS own_version, outcome
+    FROM rl_attempts
+    WHERE (run IS NULL OR run_id = run) AND floor_ns IS NOT NULL AND end_ns IS NULL
 ),
 generated AS (
     SELECT t.*, y.version AS sync_version
@@ -94,7 +102,8 @@ batch_rows AS (
            CASE WHEN end_ns IS NULL THEN 'open' ELSE 'collected' END AS outcome,
            CAST(NULL AS VARCHAR) AS reason, trace_id, span_id
     FROM all_spans
-    WHERE name LIKE 'rl.%.collect_rollouts'
+    WHERE name LIKE 'rl.%.collect_rollouts' AND (run IS NULL OR run_id = run)
+      AND (floor_ns IS NULL OR end_ns IS NULL OR end_ns >= floor_ns)
 ),
 abort_rows AS (
     SELECT e.run_id, 'aborted' AS unit, CAST(NULL AS VARCHAR), CAST(NULL AS BIGINT),
@@ -109,9 +118,13 @@ abort_rows AS (
            e.trace_id, e.span_id
     FROM all_events e
     LEFT JOIN syncs y ON y.run_id = e.run_id AND y.span_id = e.span_id
-    WHERE e.name = 'rl.weight_sync.aborted_stale_inflight'
+    WHERE e.name = 'rl.weight_sync.aborted_stale_inflight' AND (run IS NULL OR e.run_id = run)
+      AND (floor_ns IS NULL OR e.ts_ns >= floor_ns)
 )
 SELECT *, trained_version - weight_version AS lag
 FROM (SELECT * FROM try_rows
       UNION ALL SELECT * FROM batch_rows
-      UNION ALL SELECT * FROM abort_rows)
+      UNION ALL SELECT * FROM abort_rows);
+
+CREATE OR REPLACE VIEW rollout_staleness AS
+SELECT * FROM rollout_staleness_window(NULL, NULL)
