@@ -146,11 +146,14 @@ _SECONDS_DDL = """CREATE TABLE IF NOT EXISTS d_run_seconds (
     PRIMARY KEY (run_id, sec_ns, measure))"""
 
 
-def measures_sql(schema: str | None = None, where: str = "true") -> str:
+def measures_sql(schema: str | None = None, where: str = "true", *,
+                 prefix: str | None = None) -> str:
     """(run_id, sec_ns, measure, value) of the rows of ``schema``'s views (None: the main
-    schema's, computed from scratch), each instant's second one row per measure; ``where``
-    filters every branch (it may name run_id and sec_ns)."""
-    prefix = f"{schema}." if schema else ""
+    schema's, computed from scratch; ``prefix``: the relations ``<prefix><view>`` instead),
+    each instant's second one row per measure; ``where`` filters every branch (it may name
+    run_id and sec_ns)."""
+    if prefix is None:
+        prefix = f"{schema}." if schema else ""
     branches = []
     for measure, view, instant, value, keep in MEASURES:
         branches.append(
@@ -162,8 +165,10 @@ def measures_sql(schema: str | None = None, where: str = "true") -> str:
             f"WHERE {where} GROUP BY ALL")
 
 
+# a pass adds the sums of the rows it derived (``_PASS_ROWS``), not of the views computed again
+_PASS_ROWS = "temp.main.rs_pass_"
 _SECONDS_PASS = f"""INSERT INTO main.d_run_seconds
-    SELECT coalesce(run_id, ''), sec_ns, measure, value FROM ({measures_sql("rs_new")})
+    SELECT coalesce(run_id, ''), sec_ns, measure, value FROM ({measures_sql(prefix=_PASS_ROWS)})
     ON CONFLICT DO UPDATE SET value = value + excluded.value"""
 
 # -- rows that merge: completions and the span catalog ------------------------------------------
@@ -438,6 +443,8 @@ def digest() -> str:
     h.update(",".join(MAINTAINED).encode())
     for _name, text in _views.definitions():  # as rs_read has them
         h.update(_reading_kept(text).encode())
+    for schema in ("rs_new", "rs_tail"):
+        h.update("".join(_window_views(schema, upto=schema == "rs_new")).encode())
     for stmt in (*_SUMMARY_DDL, *_SUMMARY_PASS, _SERVICES_MAINTAINED, _SECONDS_DDL,
                  _SECONDS_PASS, *_KEPT_DDL_MERGED, *_MERGED_PASS, *_MERGED_READ,
                  _STEPS_STATE_DDL, _STEPS_MARKERS_DDL, *_STEPS_WINDOW, *_STEPS_READ):
@@ -446,20 +453,46 @@ def digest() -> str:
 
 
 def _window_views(schema: str, *, upto: bool) -> list[str]:
-    """``schema``'s spans and events: those from the watermark on, below the pass's bound where
-    ``upto`` (``rs_new``, with no open markers), else all of them (``rs_tail``, whose open
+    """``schema``'s spans and events: the pass's (``rs_new``, with no open markers: the
+    connection's ``_pass_input``), else those from the watermark on (``rs_tail``, whose open
     markers are the store's)."""
     out = []
     for table, column in (("spans", "spans"), ("span_events", "events")):
-        where = f"rowid >= (SELECT {column}_done FROM main.derive_state)"
-        if upto:
-            where += f" AND rowid < (SELECT {column}_upto FROM main.derive_state)"
-        out.append(f"CREATE OR REPLACE VIEW {schema}.{table} AS "
-                   f"SELECT * FROM main.{table} WHERE {where}")
+        source = (f"temp.main.rs_pass_{table}" if upto else
+                  f"main.{table} WHERE rowid >= (SELECT {column}_done FROM main.derive_state)")
+        out.append(f"CREATE OR REPLACE VIEW {schema}.{table} AS SELECT * FROM {source}")
     if upto:
         out.append(f"CREATE OR REPLACE VIEW {schema}.open_spans AS "
                    "SELECT * FROM main.open_spans WHERE false")
     return out
+
+
+# A pass reads its spans and events into the connection's memory once: a table's rows by row id
+# are read by scanning every row id (DuckDB keeps no bounds of row ids per row group: 40-60 ms a
+# read at 10^8 spans, and a pass reads its spans some 30 times), and its derived rows are read
+# again by the per-second sums. A pass of more spans than this (a store's first write) reads the
+# spans by row id where they lie instead of copying them.
+PASS_COPY_MAX_SPANS = 1_000_000
+
+
+def _pass_input(con: duckdb.DuckDBPyConnection, spans: tuple[int, int],
+                events: tuple[int, int]) -> None:
+    """The pass's spans and events (row ids [from, to)), ``temp.main.rs_pass_spans`` and
+    ``rs_pass_span_events``, which ``rs_new`` reads."""
+    copy = spans[1] - spans[0] <= PASS_COPY_MAX_SPANS
+    for table, (lo, hi) in (("spans", spans), ("span_events", events)):
+        rows = f"SELECT * FROM main.{table} WHERE rowid >= {int(lo)} AND rowid < {int(hi)}"
+        con.execute(f"CREATE OR REPLACE TEMP TABLE rs_pass_{table}_copy AS "
+                    + (rows if copy else f"SELECT * FROM main.{table} WHERE false"))
+        con.execute(f"CREATE OR REPLACE TEMP VIEW rs_pass_{table} AS "
+                    + (f"SELECT * FROM temp.main.rs_pass_{table}_copy" if copy else rows))
+
+
+def _pass_done(con: duckdb.DuckDBPyConnection) -> None:
+    """The pass's copies emptied (its input views stay, empty: ``rs_new`` names them)."""
+    _pass_input(con, (0, 0), (0, 0))
+    for name in MAINTAINED:
+        con.execute(f"DROP TABLE IF EXISTS temp.main.rs_pass_{name}")
 
 
 def _needed(names: tuple[str, ...]) -> list[tuple[str, str]]:
@@ -489,10 +522,11 @@ def install(con: duckdb.DuckDBPyConnection) -> bool:
         con.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
     if not fresh and _installed(con):
         return False
-    # the state first: the window views read it
+    # the state first: the window views read it (and rs_new the pass's input)
     con.execute("DELETE FROM derive_state")
     con.execute("INSERT INTO derive_state VALUES (0, 0, 0, 0, ?, 0, ?)",
                 [digest(), time.time_ns()])
+    _pass_input(con, (0, 0), (0, 0))
     for schema in ("rs_new", "rs_tail"):
         for stmt in _window_views(schema, upto=schema == "rs_new"):
             con.execute(stmt)
@@ -582,8 +616,11 @@ def derive(con: duckdb.DuckDBPyConnection, *, keep_steps_now: bool = False) -> i
     try:
         con.execute("UPDATE derive_state SET spans_upto = ?, events_upto = ?",
                     [spans_total, events_total])
+        _pass_input(con, (spans_done, spans_total), (events_done, events_total))
         for name in MAINTAINED:
-            con.execute(f"INSERT INTO main.d_{name} SELECT * FROM rs_new.{name}")
+            con.execute(f"CREATE OR REPLACE TEMP TABLE rs_pass_{name} AS "
+                        f"SELECT * FROM rs_new.{name}")
+            con.execute(f"INSERT INTO main.d_{name} SELECT * FROM temp.main.rs_pass_{name}")
         for stmt in (*_SUMMARY_PASS, _SECONDS_PASS):
             con.execute(stmt)
         for stmt in _MERGED_PASS:
@@ -594,6 +631,7 @@ def derive(con: duckdb.DuckDBPyConnection, *, keep_steps_now: bool = False) -> i
                 stmt = re.split(r"\s+ON CONFLICT", stmt)[0]
             con.execute(stmt)
         _steps_pass(con, keep_now=keep_steps_now)
+        _pass_done(con)
         con.execute("UPDATE derive_state SET spans_done = ?, events_done = ?, "
                     "passes = passes + 1, updated_ns = ?",
                     [spans_total, events_total, time.time_ns()])
