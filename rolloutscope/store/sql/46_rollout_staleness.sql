@@ -91,6 +91,16 @@ try_rows AS (
     FROM trained t
     LEFT JOIN training_runs r ON r.run_id = t.run_id
 ),
+-- (ended at or after the floor and open ones read apart, as the tries)
+batch_spans AS (
+    SELECT * FROM all_spans
+    WHERE name LIKE 'rl.%.collect_rollouts' AND (run IS NULL OR run_id = run)
+      AND (floor_ns IS NULL OR end_ns >= floor_ns)
+    UNION ALL
+    SELECT * FROM all_spans
+    WHERE name LIKE 'rl.%.collect_rollouts' AND (run IS NULL OR run_id = run)
+      AND floor_ns IS NOT NULL AND end_ns IS NULL
+),
 batch_rows AS (
     SELECT run_id, 'batch' AS unit, CAST(NULL AS VARCHAR) AS rollout_id,
            CAST(NULL AS BIGINT) AS prompt_idx, CAST(NULL AS INTEGER) AS attempt, start_ns, end_ns,
@@ -101,9 +111,7 @@ batch_rows AS (
            coalesce(TRY_CAST(attributes->>'rl.num_prompt_groups' AS BIGINT), 1) AS groups,
            CASE WHEN end_ns IS NULL THEN 'open' ELSE 'collected' END AS outcome,
            CAST(NULL AS VARCHAR) AS reason, trace_id, span_id
-    FROM all_spans
-    WHERE name LIKE 'rl.%.collect_rollouts' AND (run IS NULL OR run_id = run)
-      AND (floor_ns IS NULL OR end_ns IS NULL OR end_ns >= floor_ns)
+    FROM batch_spans
 ),
 abort_rows AS (
     SELECT e.run_id, 'aborted' AS unit, CAST(NULL AS VARCHAR), CAST(NULL AS BIGINT),
