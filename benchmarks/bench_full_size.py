@@ -56,6 +56,7 @@ def main() -> None:
     ap.add_argument("run", type=Path)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--baseline-limit-s", type=float, default=60.0)
+    ap.add_argument("--only", default="", help="run the cases whose label holds this text")
     args = ap.parse_args()
     rounds = max(3, args.rounds)
     print(f"load at start {load()}")
@@ -111,7 +112,19 @@ def main() -> None:
         with RunStore(args.run, read_only=True) as store, store.cursor() as cur:
             cur.execute("SELECT * FROM rs_read.incidents").fetchall()
 
+    def staleness(store, macro: bool) -> None:
+        # the In flight tab's staleness read of a window (the last 15 minutes): through the
+        # window macro, or the view filtered on the window (ASOF joins stop the filter)
+        lo = last - 900 * 10**9
+        if macro:
+            store.query_frame("SELECT * FROM rs_read.rollout_staleness_window(?, ?)", [run, lo])
+        else:
+            store.query_frame("SELECT * FROM rs_read.rollout_staleness WHERE run_id = ? "
+                              "AND coalesce(end_ns, start_ns) >= ?", [run, lo])
+
     cases = [
+        ("a window's staleness (In flight tab, 15 min)", lambda: read(lambda s: staleness(s, False)),
+         lambda: read(lambda s: staleness(s, True))),
         ("rolloutscope incidents (CLI)", scratch_incidents, lambda: cli("incidents", str(args.run))),
         ("rolloutscope incidents --since 1h (CLI)", scratch_incidents,
          lambda: cli("incidents", str(args.run), "--since", "1h")),
@@ -134,6 +147,8 @@ def main() -> None:
          lambda: read(steps_tab)),
     ]
     for label, before, after in cases:
+        if args.only not in label:
+            continue
         a, at = timed(after, rounds)
         line = f"{label}: {a:.3f} s (rounds {', '.join(f'{t:.2f}' for t in at)})"
         if before is not None:

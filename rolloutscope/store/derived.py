@@ -165,7 +165,8 @@ def measures_sql(schema: str | None = None, where: str = "true", *,
             f"WHERE {where} GROUP BY ALL")
 
 
-# a pass adds the sums of the rows it derived (``_PASS_ROWS``), not of the views computed again
+# a pass adds the sums of the rows it derived (``_PASS_ROWS``), held where its spans were copied
+# (``_pass_input``), else the views over its spans computed again
 _PASS_ROWS = "temp.main.rs_pass_"
 _SECONDS_PASS = f"""INSERT INTO main.d_run_seconds
     SELECT coalesce(run_id, ''), sec_ns, measure, value FROM ({measures_sql(prefix=_PASS_ROWS)})
@@ -467,32 +468,36 @@ def _window_views(schema: str, *, upto: bool) -> list[str]:
     return out
 
 
-# A pass reads its spans and events into the connection's memory once: a table's rows by row id
-# are read by scanning every row id (DuckDB keeps no bounds of row ids per row group: 40-60 ms a
-# read at 10^8 spans, and a pass reads its spans some 30 times), and its derived rows are read
-# again by the per-second sums. A pass of more spans than this (a store's first write) reads the
-# spans by row id where they lie instead of copying them.
+# A pass of a large store reads its spans and events into the connection's memory once: a
+# table's rows are read by row id by scanning every row id (DuckDB keeps no bounds of row ids
+# per row group: 40-60 ms a read at 10^8 spans), and a pass reads its spans some 15 times. The
+# copy costs about 2 us a span, the reads about 15 ns a row of the table: a pass copies where
+# the store holds PASS_COPY_RATIO times its spans or more, and it holds at most
+# PASS_COPY_MAX_SPANS (a store's first write reads its spans where they lie).
+PASS_COPY_RATIO = 150
 PASS_COPY_MAX_SPANS = 1_000_000
 
 
 def _pass_input(con: duckdb.DuckDBPyConnection, spans: tuple[int, int],
-                events: tuple[int, int]) -> None:
+                events: tuple[int, int]) -> bool:
     """The pass's spans and events (row ids [from, to)), ``temp.main.rs_pass_spans`` and
-    ``rs_pass_span_events``, which ``rs_new`` reads."""
-    copy = spans[1] - spans[0] <= PASS_COPY_MAX_SPANS
+    ``rs_pass_span_events``, which ``rs_new`` reads; whether they were copied."""
+    count = spans[1] - spans[0]
+    copy = 0 < count <= PASS_COPY_MAX_SPANS and spans[1] >= PASS_COPY_RATIO * count
     for table, (lo, hi) in (("spans", spans), ("span_events", events)):
         rows = f"SELECT * FROM main.{table} WHERE rowid >= {int(lo)} AND rowid < {int(hi)}"
         con.execute(f"CREATE OR REPLACE TEMP TABLE rs_pass_{table}_copy AS "
                     + (rows if copy else f"SELECT * FROM main.{table} WHERE false"))
         con.execute(f"CREATE OR REPLACE TEMP VIEW rs_pass_{table} AS "
                     + (f"SELECT * FROM temp.main.rs_pass_{table}_copy" if copy else rows))
+    return copy
 
 
 def _pass_done(con: duckdb.DuckDBPyConnection) -> None:
     """The pass's copies emptied (its input views stay, empty: ``rs_new`` names them)."""
     _pass_input(con, (0, 0), (0, 0))
     for name in MAINTAINED:
-        con.execute(f"DROP TABLE IF EXISTS temp.main.rs_pass_{name}")
+        con.execute(f"DROP TABLE IF EXISTS temp.main.rs_pass_{name}_rows")
 
 
 def _needed(names: tuple[str, ...]) -> list[tuple[str, str]]:
@@ -616,10 +621,15 @@ def derive(con: duckdb.DuckDBPyConnection, *, keep_steps_now: bool = False) -> i
     try:
         con.execute("UPDATE derive_state SET spans_upto = ?, events_upto = ?",
                     [spans_total, events_total])
-        _pass_input(con, (spans_done, spans_total), (events_done, events_total))
+        copied = _pass_input(con, (spans_done, spans_total), (events_done, events_total))
         for name in MAINTAINED:
-            con.execute(f"CREATE OR REPLACE TEMP TABLE rs_pass_{name} AS "
-                        f"SELECT * FROM rs_new.{name}")
+            # the pass's rows, held for the per-second sums where its spans were copied (a
+            # store's first write computes them again instead of holding every row)
+            if copied:
+                con.execute(f"CREATE OR REPLACE TEMP TABLE rs_pass_{name}_rows AS "
+                            f"SELECT * FROM rs_new.{name}")
+            con.execute(f"CREATE OR REPLACE TEMP VIEW rs_pass_{name} AS SELECT * FROM "
+                        + (f"temp.main.rs_pass_{name}_rows" if copied else f"rs_new.{name}"))
             con.execute(f"INSERT INTO main.d_{name} SELECT * FROM temp.main.rs_pass_{name}")
         for stmt in (*_SUMMARY_PASS, _SECONDS_PASS):
             con.execute(stmt)
