@@ -37,14 +37,19 @@ def attempt(kit, idx: int, start_s: float, end_s: float, error: str | None = Non
         error=error)
 
 
-def test_each_try_is_generated_by_the_weights_served_and_trained_at_the_steps_version(kit):
-    # steps 1..3 train 10 s each from 100 s; the fleet syncs to version 1 at 115-118 s and to
-    # version 3 (its sync after step 3, where step 2's sync was skipped) at 155-160 s
+def trains(kit) -> None:
+    """Steps 1..3 train 10 s each from 100 s; the fleet syncs to version 1 at 115-118 s and to
+    version 3 (its sync after step 3, where step 2's sync was skipped) at 155-160 s, aborting
+    5 stale groups in flight."""
     for step, start in ((1, 100), (2, 120), (3, 140)):
         kit.span(SpanName.RL_TRAIN_STEP, start, start + 10, {Attr.TRAIN_STEP: step})
     kit.span(SpanName.RL_WEIGHT_SYNC, 115, 118, {Attr.TRAINER_VERSION: 1})
     kit.span(SpanName.RL_WEIGHT_SYNC, 155, 160, {Attr.TRAINER_VERSION: 3}, events=[
         (EventName.WEIGHT_SYNC_ABORTED_STALE, 156, {Attr.ABORTED_STALE_INFLIGHT: 5})])
+
+
+def test_each_try_is_generated_by_the_weights_served_and_trained_at_the_steps_version(kit):
+    trains(kit)
     attempt(kit, 1, 0, 90)  # initial weights, committed before step 1: lag 0
     attempt(kit, 2, 50, 125)  # initial weights, trained at step 3 (trainer at 2): lag 2
     attempt(kit, 3, 119, 135)  # after the sync to 1, trained at step 3: lag 1
@@ -131,11 +136,7 @@ def _window_sets(store: RunStore, run: str, floors: list[int]) -> int:
 
 def test_a_windows_rows_are_the_views_rows_that_end_in_it(kit):
     # the first test's run: tries on initial and synced weights, a failed one, an abort
-    for step, start in ((1, 100), (2, 120), (3, 140)):
-        kit.span(SpanName.RL_TRAIN_STEP, start, start + 10, {Attr.TRAIN_STEP: step})
-    kit.span(SpanName.RL_WEIGHT_SYNC, 115, 118, {Attr.TRAINER_VERSION: 1})
-    kit.span(SpanName.RL_WEIGHT_SYNC, 155, 160, {Attr.TRAINER_VERSION: 3}, events=[
-        (EventName.WEIGHT_SYNC_ABORTED_STALE, 156, {Attr.ABORTED_STALE_INFLIGHT: 5})])
+    trains(kit)
     for idx, (start, end) in enumerate(((0, 90), (50, 125), (119, 135), (161, 170)), 1):
         attempt(kit, idx, start, end)
     store = kit.flush()
