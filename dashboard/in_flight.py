@@ -221,12 +221,17 @@ def whole(column: pd.Series) -> np.ndarray:
     return n.astype(str).where(n.notna(), "").to_numpy(dtype=object)
 
 
-def staleness_layers(staleness: pd.DataFrame, *, t0_ns: int, now_ns: int) -> tf.Plot:
+def staleness_layers(staleness: pd.DataFrame, *, t0_ns: int, now_ns: int,
+                     window: tuple[int, int | None] | None = None) -> tf.Plot:
     """The staleness lane: each trained try (circle) and batch (diamond) at the time it
     finished, at its lag; the weights the trainer was at (line, right axis) and aborts for
-    staleness (red x on the time axis). Layers: ``trainer``, ``trained``, ``aborted``."""
+    staleness (red x on the time axis). Layers: ``trainer``, ``trained``, ``aborted``. Its
+    time axis is the run's, or ``window``'s (ns, hi None: up to now) where the rows are a
+    window's."""
     t = trained(staleness)
-    xlim = (0.0, max((now_ns - t0_ns) / S, 1.0))
+    lo_ns, hi_ns = window if window is not None else (t0_ns, now_ns)
+    hi_ns = now_ns if hi_ns is None else min(hi_ns, now_ns)
+    xlim = ((lo_ns - t0_ns) / S, max((hi_ns - t0_ns) / S, (lo_ns - t0_ns) / S + 1.0))
     end = t.end_ns.fillna(t.start_ns)
     points = pd.DataFrame({
         "t": ((end - t0_ns) / S).astype("float64"),
@@ -357,7 +362,8 @@ class InFlight(View):
         s = read_staleness(d) if d.run_id is not None else _no_staleness()
         self._staleness = s
         t0, now = d.origin_ns(), d.last_seen_ns()
-        plot = staleness_layers(s, t0_ns=t0, now_ns=now)
+        windowed = d.large and d.window is not None  # read_staleness read the window's rows
+        plot = staleness_layers(s, t0_ns=t0, now_ns=now, window=d.window if windowed else None)
         if self._lane is None:
             self._lane = tf.render(plot)
             self._lane_pane.object = self._lane
@@ -371,7 +377,7 @@ class InFlight(View):
         self._dropped.value = dropped_rows(s, t0)
         n = trained(s)
         scope = ("The tries of this session's window (a large run: docs/dashboard.md"
-                 "#window-mode): " if d.large and d.window is not None else "")
+                 "#window-mode): " if windowed else "")
         self._stale_note.object = _staleness_text(s, n, dist, scope)
         shape = (bool(len(s)), bool((s.unit == "aborted").any()) if len(s) else False)
         if shape != self._stale_shape:  # the parts on the page change only with what they show

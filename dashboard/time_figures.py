@@ -35,6 +35,7 @@ from bokeh.models import (
     HoverTool,
     Line,
     LinearAxis,
+    NumeralTickFormatter,
     PanTool,
     Quad,
     Range1d,
@@ -95,6 +96,9 @@ def time_figure(*, height: int, xlim: tuple[float, float], ylim: tuple[float, fl
     fig.toolbar.logo = None
     fig.xaxis.axis_label = xlabel
     fig.xaxis.axis_label_text_font_size = xlabel_size
+    # seconds as 900,000 or 12.5, never 9.000e+5: a long run's times pass Bokeh's default's
+    # switch to scientific notation (1e5 s, about 28 h)
+    fig.xaxis.formatter = NumeralTickFormatter(format="0,0.[00]")
     fig.yaxis.axis_label = ylabel or None
     fig.yaxis.axis_label_text_font_size = SMALL
     for axis in (*fig.xaxis, *fig.yaxis):

@@ -265,6 +265,12 @@ def test_the_staleness_of_a_large_run_is_its_window_s(store):
     view = InFlight(data)
     view.draw_staleness()
     assert "window" in view._stale_note.object
+    # the lane's time axis is the window's, not the run's (its points would sit at its edge)
+    t0 = data.origin_ns()
+    assert view._lane.x_range.start == pytest.approx((lo - t0) / 1e9)
+    assert view._lane.x_range.end <= (data.last_seen_ns() - t0) / 1e9 + 1e-6
+    # and its seconds are numbers (a 250 h run is at 900,000 s, Bokeh's default's 9.000e+5)
+    assert [a.formatter.format for a in view._lane.xaxis] == ["0,0.[00]"]
 
 def recorded(monkeypatch) -> list[str]:
     """The SQL of every read the DataStores make from here on."""
