@@ -388,9 +388,7 @@ FROM range(1, $2 + 1) k(i),
 # the trainer: train step k trains for a minute from k * $3 seconds (a batch of prompts_per_step
 # prompts at the rate they start), then syncs its weights for 5 s: rolloutscope's rl.train_step
 # and rl.weight_sync spans ('rl' dialect of train_steps); $2 steps. From $4 s on, $5 s later:
-# while no prompt starts (the hang), no step trains either. The trainer's version
-# (nemo.rl.trainer_version) is the steps it finished: k - 1 while step k trains, k once its
-# weights are synced (the version the fleet then serves)
+# while no prompt starts (the hang), no step trains either
 STEPS = insert_spans(f"""
 SELECT $1, 'f' || lpad(to_hex(k.i), 31, '0'), lpad(to_hex(k.i * 16 + ph.j), 16, '0'), NULL,
        ph.name, 'INTERNAL', 'nemo-rl/trainer',
@@ -399,8 +397,7 @@ SELECT $1, 'f' || lpad(to_hex(k.i), 31, '0'), lpad(to_hex(k.i * 16 + ph.j), 16, 
        {T0} + (k.i * $3::BIGINT + ph.to_s + CASE WHEN k.i * $3 >= $4 THEN $5 ELSE 0 END)
            * {S}::BIGINT,
        'UNSET', NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       json_object('nemo.rl.train.step', k.i - 1, 'nemo.rl.weight_version', k.i,
-                   'nemo.rl.trainer_version', k.i - 1 + ph.j)::VARCHAR
+       json_object('nemo.rl.train.step', k.i - 1, 'nemo.rl.weight_version', k.i)::VARCHAR
            AS attributes, NULL, 'synthetic'
 FROM range(1, $2 + 1) k(i),
      (VALUES (0, 'rl.train_step', 0, 60), (1, 'rl.weight_sync', 60, 65)) ph(j, name, from_s, to_s)""")
