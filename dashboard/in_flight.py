@@ -107,7 +107,8 @@ def commit_ordered(store) -> bool:
 
 def board_rows(rows: pd.DataFrame, now_ns: int) -> pd.DataFrame:
     """The board's table of ``rows`` (in board order): ages and the deadline left in seconds at
-    ``now_ns`` (negative: overdue), the engine (shard, else the Gym server) and the last
+    ``now_ns`` (negative: overdue; blank where no deadline has started: a rollout still queued,
+    or a try that runs without one), the engine (shard, else the Gym server) and the last
     progress."""
     if not len(rows):
         return pd.DataFrame({c: pd.Series(dtype="object") for c in BOARD_COLUMNS})
@@ -121,7 +122,7 @@ def board_rows(rows: pd.DataFrame, now_ns: int) -> pd.DataFrame:
         "try": whole(rows.attempt),
         "phase": rows.phase.astype(str).to_numpy(),
         "age (s)": ((now_ns - rows.start_ns) / S).round(1).to_numpy(),
-        "deadline left (s)": (budget - since_deadline).round(1).to_numpy(),
+        "deadline left (s)": tenths(budget - since_deadline),
         "engine": engine,
         "last progress": rows.last_name.fillna("").astype(str).to_numpy(),
         "since (s)": ((now_ns - rows.last_ns) / S).round(1).to_numpy(),
@@ -219,6 +220,12 @@ def whole(column: pd.Series) -> np.ndarray:
     float's NaN, and the others of its column as floats)."""
     n = pd.to_numeric(column, errors="coerce").astype("Int64")
     return n.astype(str).where(n.notna(), "").to_numpy(dtype=object)
+
+
+def tenths(column: pd.Series) -> np.ndarray:
+    """Seconds to a tenth as text, '' where missing (a table shows a missing number as NaN)."""
+    n = pd.to_numeric(column, errors="coerce").round(1)
+    return np.array(["" if pd.isna(v) else f"{v:.1f}" for v in n], dtype=object)
 
 
 def staleness_layers(staleness: pd.DataFrame, *, t0_ns: int, now_ns: int,
