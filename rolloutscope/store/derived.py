@@ -41,7 +41,9 @@ import re
 import time
 
 import duckdb
+import pyarrow as pa
 
+from rolloutscope.store import schema as _schema
 from rolloutscope.store import views as _views
 
 log = logging.getLogger(__name__)
@@ -478,11 +480,57 @@ PASS_COPY_RATIO = 150
 PASS_COPY_MAX_SPANS = 1_000_000
 
 
+class Held:
+    """The Arrow slices a writer committed to ``spans`` and ``span_events`` since its last
+    pass, in commit order: a pass whose spans and events are exactly these reads them where
+    they are, neither by row id nor copied (benchmarks/bench_pass.py). A writer that holds
+    more than ``PASS_COPY_MAX_SPANS`` spans stops holding until its next pass."""
+
+    TABLES = ("spans", "span_events")
+
+    def __init__(self) -> None:
+        self.slices: dict[str, list[pa.Table]] = {t: [] for t in self.TABLES}
+        self.rows = dict.fromkeys(self.TABLES, 0)
+        self.whole = True  # every slice since the last pass is here
+        self.passes = 0  # the passes that read their spans from here
+
+    def add(self, table: str, rows: pa.Table) -> None:
+        if not self.whole or table not in self.slices:
+            return
+        self.slices[table].append(rows)
+        self.rows[table] += rows.num_rows
+        if self.rows["spans"] > PASS_COPY_MAX_SPANS:
+            self.clear()
+            self.whole = False
+
+    def clear(self) -> None:
+        self.slices = {t: [] for t in self.TABLES}
+        self.rows = dict.fromkeys(self.TABLES, 0)
+        self.whole = True
+
+    def covers(self, spans: tuple[int, int], events: tuple[int, int]) -> bool:
+        """Whether these are the pass's rows: as many as it has of each table (anything else
+        that wrote to the store since the last pass makes the counts differ)."""
+        return (self.whole and self.rows["spans"] == spans[1] - spans[0]
+                and self.rows["span_events"] == events[1] - events[0])
+
+
 def _pass_input(con: duckdb.DuckDBPyConnection, spans: tuple[int, int],
-                events: tuple[int, int]) -> bool:
+                events: tuple[int, int], held: Held | None = None) -> bool:
     """The pass's spans and events (row ids [from, to)), ``temp.main.rs_pass_spans`` and
-    ``rs_pass_span_events``, which ``rs_new`` reads; whether they were copied."""
+    ``rs_pass_span_events``, which ``rs_new`` reads: the writer's ``held`` slices where they
+    are the pass's, else a copy or the rows where they lie. Whether they are in memory."""
     count = spans[1] - spans[0]
+    if (count > 0 or events[1] > events[0]) and held is not None and held.covers(spans, events):
+        for table in Held.TABLES:
+            parts = held.slices[table]
+            rows = (pa.concat_tables(parts) if parts else
+                    _schema.ARROW_SCHEMAS[table].empty_table())
+            con.register(f"rs_held_{table}", rows)
+            con.execute(f"CREATE OR REPLACE TEMP VIEW rs_pass_{table} AS "
+                        f"SELECT * FROM rs_held_{table}")
+        held.passes += 1
+        return True
     copy = 0 < count <= PASS_COPY_MAX_SPANS and spans[1] >= PASS_COPY_RATIO * count
     for table, (lo, hi) in (("spans", spans), ("span_events", events)):
         rows = f"SELECT * FROM main.{table} WHERE rowid >= {int(lo)} AND rowid < {int(hi)}"
@@ -494,10 +542,21 @@ def _pass_input(con: duckdb.DuckDBPyConnection, spans: tuple[int, int],
 
 
 def _pass_done(con: duckdb.DuckDBPyConnection) -> None:
-    """The pass's copies emptied (its input views stay, empty: ``rs_new`` names them)."""
+    """The pass's copies emptied and its held slices let go (its input views stay, empty:
+    ``rs_new`` names them)."""
     _pass_input(con, (0, 0), (0, 0))
+    _let_go(con)
     for name in MAINTAINED:
         con.execute(f"DROP TABLE IF EXISTS temp.main.rs_pass_{name}_rows")
+
+
+def _let_go(con: duckdb.DuckDBPyConnection) -> None:
+    """Drop the connection's references to a pass's held slices."""
+    for table in Held.TABLES:
+        try:
+            con.unregister(f"rs_held_{table}")
+        except duckdb.Error:
+            pass
 
 
 def _needed(names: tuple[str, ...]) -> list[tuple[str, str]]:
@@ -610,10 +669,12 @@ def _row_count(con: duckdb.DuckDBPyConnection, table: str) -> int:
     return con.execute(f"SELECT count(*) FROM main.{table}").fetchall()[0][0]
 
 
-def derive(con: duckdb.DuckDBPyConnection, *, keep_steps_now: bool = False) -> int:
+def derive(con: duckdb.DuckDBPyConnection, *, keep_steps_now: bool = False,
+           held: Held | None = None) -> int:
     """One pass: derive the rows of every span committed since the last pass, in one
     transaction with the watermark, and keep the steps that settled when due (``keep_steps``;
-    ``keep_steps_now``: whatever the time since the last). Returns the spans derived."""
+    ``keep_steps_now``: whatever the time since the last). ``held``: the writer's slices since
+    its last pass (``Held``). Returns the spans derived."""
     spans_done, spans_total, events_done, events_total = pending(con)
     if spans_total <= spans_done and events_total <= events_done and not keep_steps_now:
         return 0
@@ -621,7 +682,8 @@ def derive(con: duckdb.DuckDBPyConnection, *, keep_steps_now: bool = False) -> i
     try:
         con.execute("UPDATE derive_state SET spans_upto = ?, events_upto = ?",
                     [spans_total, events_total])
-        copied = _pass_input(con, (spans_done, spans_total), (events_done, events_total))
+        copied = _pass_input(con, (spans_done, spans_total), (events_done, events_total),
+                             held)
         for name in MAINTAINED:
             # the pass's rows, held for the per-second sums where its spans were copied (a
             # store's first write computes them again instead of holding every row)
@@ -648,6 +710,7 @@ def derive(con: duckdb.DuckDBPyConnection, *, keep_steps_now: bool = False) -> i
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
+        _let_go(con)
         raise
     return spans_total - spans_done
 

@@ -103,6 +103,7 @@ class WriterStats:
     conflicts: int = 0  # lake commits that lost a race with another writer and were retried
     last_commit_ms: float = 0.0
     derive_passes: int = 0
+    derive_held_passes: int = 0  # passes that read the spans this writer held (derived.Held)
     derive_ms: float = 0.0
 
 
@@ -137,6 +138,8 @@ class StoreWriter:
         # its views as before
         self._derives = not store.is_lake and derived.available(self._con)
         self._underived = 0  # rows committed since the last pass
+        # ... and its spans and events as committed, which the next pass reads where they are
+        self._held = derived.Held() if self._derives else None
         self._last_pass = time.monotonic()
         if self._lake_author is not None:
             # other writers add markers this one never counts: always look for ended ones
@@ -301,13 +304,16 @@ class StoreWriter:
             return
         t0 = time.perf_counter()
         try:
-            n = derived.derive(self._con)
+            n = derived.derive(self._con, held=self._held)
         except duckdb.Error as exc:
             log.error("deriving the model rows failed (retried at the next pass): %s", exc)
             return
         finally:
             self._last_pass = time.monotonic()
         self._underived = 0
+        if self._held is not None:
+            self._held.clear()
+            self.stats.derive_held_passes = self._held.passes
         self.stats.derive_passes += 1
         self.stats.derive_ms += (time.perf_counter() - t0) * 1000
         log.debug("derived the model rows of %d spans", n)
@@ -358,6 +364,7 @@ class StoreWriter:
         con = self._con
         seen: dict[str, tuple[int, int]] = {}
         markers = self._open_markers
+        held: list[tuple[str, pa.Table]] = []
         con.execute("BEGIN")
         if self._lake_author is not None:
             lake.stamp_commit(con, self._lake_author, f"{merged.rows} rows")
@@ -373,6 +380,8 @@ class StoreWriter:
                 # builds a pyarrow.dataset scanner per insert (0.5 ms of a commit's ~2 ms of
                 # fixed cost; bench_collector.py measures the whole)
                 con.from_arrow(arrow.__arrow_c_stream__()).insert_into(table)
+                if self._held is not None:
+                    held.append((table, arrow))
                 if table == "open_spans":
                     markers += arrow.num_rows
                 if table in ("spans", "open_spans"):
@@ -385,6 +394,8 @@ class StoreWriter:
         # only now: a rolled-back commit changed neither the markers nor the bounds
         self._open_markers = markers
         self._run_bounds.update(seen)
+        for table, arrow in held:
+            self._held.add(table, arrow)
         self.stats.last_commit_ms = (time.perf_counter() - t0) * 1000
 
     def _delete_markers_of(self, spans: pa.Table) -> int:

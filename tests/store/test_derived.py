@@ -138,6 +138,60 @@ def test_a_scenario_derived_in_passes_reads_as_the_views(tmp_path, monkeypatch, 
     assert sum(counts.values()) > 0, counts
 
 
+class _CommitPerExport(StoreSpanExporter):
+    """The replay's exporter, committing every few spans (the writer derives after each
+    commit); ``foreign_after`` chunks in, a row of the run is written to ``spans`` beside the
+    writer, as another writer in the process would."""
+
+    foreign_after: int | None = None
+
+    def export(self, spans):
+        chunk = max(20, len(spans) // 25)
+        for n, i in enumerate(range(0, len(spans), chunk)):
+            result = super().export(spans[i:i + chunk])
+            assert self._store.writer().flush(60)
+            if n == self.foreign_after:
+                with closing(self._store.new_cursor()) as cur:
+                    cur.execute("INSERT INTO spans SELECT * REPLACE (span_id || '-x' AS span_id) "
+                                "FROM spans LIMIT 1")
+        return result
+
+
+@pytest.mark.parametrize("foreign", [False, True], ids=["writer-alone", "another-writer"])
+def test_the_writers_passes_read_the_spans_it_held_and_read_as_the_views(
+        tmp_path, monkeypatch, foreign):
+    """A writer's pass reads the Arrow slices it committed since its last pass (derived.Held),
+    not the table; a row another writer adds makes the next pass read the table instead, and
+    the passes after it read what the writer held again."""
+    monkeypatch.setattr(runner, "StoreSpanExporter", _CommitPerExport)
+    monkeypatch.setattr(_CommitPerExport, "foreign_after", 3 if foreign else None)
+    monkeypatch.setattr(derived, "PASS_AFTER_SPANS", 1)  # a pass after every commit
+    monkeypatch.setattr(derived, "KEEP_STEPS_EVERY_S", 0.0)
+    monkeypatch.setattr(derived, "STEP_SETTLE_NS", 0)
+    inputs = []  # per pass of the writer with rows to derive: whether it read its held slices
+    pass_input = derived._pass_input
+
+    def spied(con, spans, events, held=None):
+        if held is not None and (spans[1] > spans[0] or events[1] > events[0]):
+            inputs.append(held.covers(spans, events))
+        return pass_input(con, spans, events, held)
+
+    monkeypatch.setattr(derived, "_pass_input", spied)
+    path = tmp_path / "run.duckdb"
+    with RunStore(path) as store:
+        runner.replay_into_store(get("demo"), store)
+        assert store.writer().flush(60)
+        held_passes = store.writer().stats.derive_held_passes
+    assert len(inputs) >= 10 and held_passes == sum(inputs), (inputs, held_passes)
+    if foreign:
+        assert inputs.count(False) == 1 and all(inputs[inputs.index(False) + 1:]), inputs
+    else:
+        assert all(inputs), inputs
+    diff, counts = differences(path)
+    assert not diff, diff
+    assert counts["rl_attempts"] > 10 and counts["deadlines"] > 10, counts
+
+
 def test_the_gym_capture_reads_as_the_views(tmp_path):
     diff, _ = differences(collect_capture(tmp_path / "gym.duckdb"))
     assert not diff, diff
