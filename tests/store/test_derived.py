@@ -258,6 +258,26 @@ def test_rows_not_derived_yet_are_read_from_their_spans(tmp_path, monkeypatch):
         assert done == total  # the close derived the rest
 
 
+def test_run_ids_read_from_the_kept_catalogue_are_every_run_of_the_spans(tmp_path):
+    """``run_ids`` of a store that keeps its rows reads the span catalogue and the spans not
+    derived yet, not every span: the same runs, a span that names none left out."""
+    path = tmp_path / "run.duckdb"
+    with RunStore(path) as store:
+        runner.replay_into_store(get("demo"), store, run_id="kept")
+    with duckdb.connect(str(path)) as con:  # after the store's last pass: derived by none
+        con.execute("INSERT INTO spans SELECT * REPLACE ('late' AS run_id, span_id || 'l' AS "
+                    "span_id) FROM spans LIMIT 3")
+        con.execute("INSERT INTO spans SELECT * REPLACE (NULL AS run_id, span_id || 'n' AS "
+                    "span_id) FROM spans LIMIT 1")
+        con.execute("INSERT INTO runs (run_id, source) VALUES ('registered', 'test')")
+    with RunStore(path, read_only=True) as store:
+        assert store.maintained
+        scanned = [r[0] for r in store.query(
+            "SELECT run_id FROM (SELECT run_id FROM runs UNION SELECT DISTINCT run_id FROM spans) "
+            "WHERE run_id IS NOT NULL ORDER BY run_id")]
+        assert store.run_ids() == scanned == ["kept", "late", "registered"]
+
+
 def test_an_older_store_is_brought_up_to_date_on_first_write(tmp_path, caplog):
     path = tmp_path / "run.duckdb"
     with RunStore(path) as store:
