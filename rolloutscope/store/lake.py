@@ -307,7 +307,10 @@ def _retryable(exc: BaseException) -> bool:
     # DuckLake's own calls (ducklake_flush_inlined_data) that lose a race with a committing
     # writer report only that their transaction was aborted: a fresh transaction retries it
     return ("database is locked" in msg or "conflict" in msg or "busy" in msg
-            or "unique constraint failed" in msg or "current transaction is aborted" in msg)
+            or "unique constraint failed" in msg or "current transaction is aborted" in msg
+            # writers making a new lake together: one read a table's inlined rows as another
+            # wrote the catalog, and found the table of those rows not made yet
+            or ("ducklake_inlined_data" in msg and "does not exist" in msg))
 
 
 def as_conflict(exc: BaseException) -> CommitConflictError | None:
