@@ -1,5 +1,5 @@
 """The command line loads only the module of the command it runs: `rolloutscope info` and
-`incidents` start without the dashboard, the collector's server or pandas, and `--version`
+`incidents` start without the dashboard, the collector's server, pandas or pyarrow, and `--version`
 without DuckDB. COMMANDS (rolloutscope/cli/__init__.py) names each command's module; this holds
 it to what the modules register."""
 
@@ -44,7 +44,7 @@ def _modules_after(*argv: str) -> set[str]:
 
 @pytest.mark.parametrize("argv", [("info", "{db}"), ("incidents", "{db}"),
                                   ("incidents", "{db}", "--json")])
-def test_info_and_incidents_load_no_dashboard_server_or_pandas(tmp_path, argv):
+def test_info_and_incidents_load_no_dashboard_server_pandas_or_pyarrow(tmp_path, argv):
     from rolloutscope.replay.run_scenario import replay_into_store
     from rolloutscope.replay.scenarios import get
     from rolloutscope.store import RunStore
@@ -53,7 +53,8 @@ def test_info_and_incidents_load_no_dashboard_server_or_pandas(tmp_path, argv):
     with RunStore(db) as store:
         replay_into_store(get("snapshot-outlasts-deadline"), store)
     loaded = _modules_after(*(a.format(db=db) for a in argv))
-    heavy = {"pandas", "panel", "holoviews", "bokeh", "aiohttp", "rolloutscope.dashboard",
+    heavy = {"pandas", "pyarrow", "numpy", "panel", "holoviews", "bokeh", "aiohttp",
+             "rolloutscope.dashboard",
              "rolloutscope.collectors.service", "rolloutscope.replay"}
     assert not heavy & loaded, sorted(heavy & loaded)
     assert "duckdb" in loaded  # the command did run

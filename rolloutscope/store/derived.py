@@ -39,12 +39,15 @@ import hashlib
 import logging
 import re
 import time
+from typing import TYPE_CHECKING
 
 import duckdb
-import pyarrow as pa
 
 from rolloutscope.store import schema as _schema
 from rolloutscope.store import views as _views
+
+if TYPE_CHECKING:  # pyarrow is imported by a writer's pass only: readers and the CLI skip it
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -522,6 +525,8 @@ def _pass_input(con: duckdb.DuckDBPyConnection, spans: tuple[int, int],
     are the pass's, else a copy or the rows where they lie. Whether they are in memory."""
     count = spans[1] - spans[0]
     if (count > 0 or events[1] > events[0]) and held is not None and held.covers(spans, events):
+        import pyarrow as pa
+
         for table in Held.TABLES:
             parts = held.slices[table]
             rows = (pa.concat_tables(parts) if parts else
